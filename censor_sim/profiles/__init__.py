@@ -1,0 +1,1 @@
+"""censor_sim/profiles."""
