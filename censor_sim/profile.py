@@ -1,0 +1,129 @@
+"""Censor profiles: named censor models in TOML, with overrides from a spec.
+
+A profile declares its detectors with their parameters, its policy (which
+detection triggers which action, with what probability), its action and
+prober parameters, and ``source``, the publication it models. Experiment
+specs may override any parameter that exists; an override naming a parameter
+that does not exist is an error naming the full key path, so a typo never
+silently runs the default.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+TOP_KEYS = {"name", "description", "source", "detectors", "policy", "actions", "prober",
+            "datapath"}
+KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "none"}
+
+
+class ProfileError(ValueError):
+    """A bad profile or override, with the key path in the message."""
+
+
+@dataclass
+class Profile:
+    name: str
+    description: str
+    source: str
+    detectors: dict[str, dict[str, Any]]
+    policy: dict[str, Any]
+    actions: dict[str, dict[str, Any]]
+    prober: dict[str, Any]
+    datapath: dict[str, Any]
+    path: Path | None = None
+    sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "description": self.description, "source": self.source,
+            "detectors": self.detectors, "policy": self.policy, "actions": self.actions,
+            "prober": self.prober, "datapath": self.datapath,
+        }
+
+
+def profiles_dir() -> Path:
+    return Path(str(resources.files("censor_sim.profiles")))
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.toml"))
+
+
+def profile_path(name: str) -> Path:
+    p = Path(name)
+    if p.suffix == ".toml" and p.exists():
+        return p
+    cand = profiles_dir() / f"{name}.toml"
+    if not cand.exists():
+        raise ProfileError(f"unknown censor profile {name!r} (known: {', '.join(available())})")
+    return cand
+
+
+def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    """Deep-merge `overrides` into a copy of `base`; every key must already exist."""
+    out = copy.deepcopy(base)
+    for key, val in overrides.items():
+        path = f"{where}.{key}"
+        if key not in out:
+            known = ", ".join(sorted(out)) or "none"
+            raise ProfileError(f"{path}: unknown parameter (known here: {known})")
+        if isinstance(out[key], dict):
+            if not isinstance(val, dict):
+                raise ProfileError(f"{path}: expected a table")
+            out[key] = merge_overrides(out[key], val, path)
+        else:
+            if out[key] is not None and not _same_kind(out[key], val):
+                raise ProfileError(
+                    f"{path}: expected {type(out[key]).__name__}, got {type(val).__name__}")
+            out[key] = val
+    return out
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool)
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return True
+    return type(a) is type(b)
+
+
+def load_profile(name: str, overrides: dict[str, Any] | None = None) -> Profile:
+    """Load profile `name` (or a path) and apply `overrides`."""
+    path = profile_path(name)
+    raw_bytes = path.read_bytes()
+    try:
+        raw = tomllib.loads(raw_bytes.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"profile {path.name}: {exc}") from exc
+    unknown = set(raw) - TOP_KEYS
+    if unknown:
+        raise ProfileError(f"profile {path.name}: unknown key {sorted(unknown)[0]!r}")
+    for req in ("name", "source"):
+        if not raw.get(req):
+            raise ProfileError(f"profile {path.name}: missing {req!r} (models cite a source)")
+    full = {k: raw.get(k, {}) for k in ("detectors", "policy", "actions", "prober", "datapath")}
+    if overrides:
+        full = merge_overrides(full, overrides, f"censors.{raw['name']}")
+    prof = Profile(raw["name"], raw.get("description", ""), raw["source"], path=path,
+                   sha256=hashlib.sha256(raw_bytes).hexdigest(), **full)
+    _validate_policy(prof)
+    return prof
+
+
+def _validate_policy(prof: Profile) -> None:
+    for i, rule in enumerate(prof.policy.get("rules", [])):
+        where = f"censors.{prof.name}.policy.rules[{i}]"
+        if rule.get("detector") not in prof.detectors:
+            raise ProfileError(f"{where}.detector: no detector {rule.get('detector')!r}")
+        if rule.get("action") not in KNOWN_ACTIONS:
+            raise ProfileError(f"{where}.action: unknown action {rule.get('action')!r}")
+        p = rule.get("probability", 1.0)
+        if not isinstance(p, int | float) or not 0 <= p <= 1:
+            raise ProfileError(f"{where}.probability: must be between 0 and 1")

@@ -1,0 +1,152 @@
+"""Running any registered transport as a lab process (client or server).
+
+``python -m transports.lab_mode client --transport NAME --socks HOST:PORT``
+serves a SOCKS5 front; each CONNECT dials the requested bridge through the
+transport. ``... server --transport NAME --listen HOST:PORT --upstream
+HOST:PORT`` accepts transport connections and relays them to a fixed
+upstream, as a bridge relays to its ORPort. Events go to stdout as JSON lines;
+SIGTERM exits cleanly. Tor's managed mode is a separate entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from . import base
+from .pt import socks5
+from .relay import relay
+
+
+def _emit(component: str, event: str, **fields: object) -> None:
+    rec = {"ts": round(time.time(), 6), "component": component, "event": event, **fields}
+    print(json.dumps(rec, default=str), flush=True)
+
+
+def split_hostport(s: str) -> tuple[str, int]:
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {s!r}")
+    return host.strip("[]"), int(port)
+
+
+async def run_client(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    transport = base.get(args.transport)
+    comp = f"{args.transport}-client"
+    state = Path(args.state) if args.state else None
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            req = await socks5.read_request(reader, writer)
+        except (socks5.SocksError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            code = getattr(exc, "reply", None)
+            if code is not None:
+                with contextlib.suppress(Exception):
+                    writer.write(socks5.reply(code))
+            writer.close()
+            _emit(comp, "socks_error", error=str(exc))
+            return
+        t0 = time.monotonic()
+        try:
+            factory = transport.client_factory(state, req.args)
+            inner = await factory.dial(req.host, req.port)
+        except (OSError, base.TransportError, asyncio.IncompleteReadError) as exc:
+            writer.write(socks5.reply(socks5.REP_HOST_UNREACHABLE))
+            writer.close()
+            _emit(comp, "dial_failed", target=f"{req.host}:{req.port}", error=str(exc))
+            return
+        writer.write(socks5.reply(socks5.REP_OK))
+        await writer.drain()
+        _emit(comp, "connected", target=f"{req.host}:{req.port}",
+              handshake_ms=round((time.monotonic() - t0) * 1000, 3))
+        up, down = await relay((reader, writer), inner)
+        _emit(comp, "closed", target=f"{req.host}:{req.port}", up=up, down=down)
+
+    host, port = split_hostport(args.socks)
+    server = await asyncio.start_server(handle, host, port)
+    bound = server.sockets[0].getsockname()
+    _emit(comp, "ready", socks=f"{bound[0]}:{bound[1]}")
+    async with server:
+        await stop.wait()
+
+
+async def run_server(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    transport = base.get(args.transport)
+    comp = f"{args.transport}-server"
+    state = Path(args.state) if args.state else None
+    factory = transport.server_factory(state, dict(a.split("=", 1) for a in args.arg))
+    up_host, up_port = split_hostport(args.upstream)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            inner = await factory.wrap(reader, writer)
+        except (OSError, base.TransportError, asyncio.IncompleteReadError) as exc:
+            _emit(comp, "handshake_failed", peer=str(peer), error=str(exc))
+            writer.close()
+            return
+        try:
+            upstream = await asyncio.open_connection(up_host, up_port)
+        except OSError as exc:
+            _emit(comp, "upstream_failed", error=str(exc))
+            inner[1].close()
+            return
+        _emit(comp, "accepted", peer=str(peer))
+        up, down = await relay(inner, upstream)
+        _emit(comp, "closed", peer=str(peer), up=up, down=down)
+
+    servers = []
+    for spec in args.listen:
+        host, port = split_hostport(spec)
+        servers.append(await asyncio.start_server(handle, host, port))
+    _emit(comp, "ready", listen=[f"{s.sockets[0].getsockname()[0]}:{s.sockets[0].getsockname()[1]}"
+                                 for s in servers])
+    await stop.wait()
+    for s in servers:
+        s.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m transports.lab_mode", description=__doc__)
+    sub = p.add_subparsers(dest="role", required=True)
+    c = sub.add_parser("client", help="SOCKS5 front dialing through the transport")
+    c.add_argument("--transport", required=True)
+    c.add_argument("--socks", default="127.0.0.1:1080", help="HOST:PORT to listen on")
+    c.add_argument("--state", help="state directory")
+    s = sub.add_parser("server", help="accept transport connections, relay to upstream")
+    s.add_argument("--transport", required=True)
+    s.add_argument("--listen", action="append", required=True, help="HOST:PORT (repeatable)")
+    s.add_argument("--upstream", required=True, help="HOST:PORT to relay to")
+    s.add_argument("--state", help="state directory")
+    s.add_argument("--arg", action="append", default=[], help="server option KEY=VALUE")
+    args = p.parse_args(argv)
+
+    async def amain() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await (run_client if args.role == "client" else run_server)(args, stop)
+
+    try:
+        asyncio.run(amain())
+    except (base.TransportError, ValueError) as exc:
+        print(f"transports: bad config: {exc}", file=sys.stderr)
+        return 2
+    except PermissionError as exc:
+        print(f"transports: missing privilege: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"transports: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

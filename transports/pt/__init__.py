@@ -1,0 +1,1 @@
+"""Tor pluggable-transport plumbing: the SOCKS5 front and (later) managed mode."""
