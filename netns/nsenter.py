@@ -48,6 +48,8 @@ def in_namespace(ns: str, fn, *args, **kw):
     return box["value"]
 
 
-def ns_socket(ns: str, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM) -> socket.socket:
+def ns_socket(
+    ns: str, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM
+) -> socket.socket:
     """A new, unconnected socket in namespace `ns`."""
     return in_namespace(ns, socket.socket, family, type)

@@ -1,0 +1,35 @@
+"""Packet capture with tcpdump inside a namespace (the censor's interfaces)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .errors import LabError
+from .process import LabProcess
+from .sh import require_tools
+
+
+class Capture:
+    """tcpdump on one interface of namespace `ns`, writing `pcap`."""
+
+    def __init__(self, ns: str, dev: str, pcap: Path, snaplen: int = 256) -> None:
+        require_tools("tcpdump")
+        self.pcap = Path(pcap)
+        self.proc = LabProcess(
+            ns, ["tcpdump", "-n", "-i", dev, "-s", str(snaplen), "-U", "-w", str(self.pcap)],
+            name=f"tcpdump-{dev}", log_path=self.pcap.with_suffix(".log"))
+
+    def start(self, timeout: float = 5.0) -> Capture:
+        self.proc.start()
+        self.proc.wait_log(r"listening on", timeout)
+        return self
+
+    def stop(self) -> Path:
+        self.proc.stop()
+        deadline = time.monotonic() + 2
+        while not self.pcap.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self.pcap.exists():
+            raise LabError(f"capture {self.pcap} was not written")
+        return self.pcap

@@ -1,0 +1,104 @@
+"""Long-running processes inside a lab namespace.
+
+Each process is started with ``ip netns exec`` (which execs, so the PID we
+hold is the program's own), in its own session so a stop reaches its
+children, with stdout and stderr captured to a log file and a stdin pipe kept
+open (PT children exit when stdin closes if TOR_PT_EXIT_ON_STDIN_CLOSE=1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import LabError
+from .sh import which
+
+
+class LabProcess:
+    """A process in namespace `ns`, logging to `log_path`."""
+
+    def __init__(self, ns: str, argv: list[str], name: str, log_path: Path,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.ns, self.argv, self.name, self.log_path = ns, list(argv), name, Path(log_path)
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def start(self) -> LabProcess:
+        ip = which("ip") or "ip"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - lives with the process
+        env = dict(os.environ)
+        env.update(self.env or {})
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.proc = subprocess.Popen(
+                [ip, "netns", "exec", self.ns, *self.argv],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                env=env, cwd=self.cwd, start_new_session=True,
+            )
+        except OSError as exc:
+            raise LabError(f"could not start {self.name}: {exc}") from exc
+        finally:
+            log.close()
+        self.started = time.time()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str) -> None:
+        """Wait until predicate(log text) holds; fail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate(self.log_text()):
+                return
+            if not self.running():
+                tail = " | ".join(self.log_text().strip().splitlines()[-3:])
+                status = self.proc.returncode if self.proc else "?"
+                raise LabError(f"{self.name} exited (status {status}) before {what}: {tail}")
+            time.sleep(0.02)
+        raise LabError(f"{self.name} not {what} after {timeout:.0f}s")
+
+    def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
+        rx = re.compile(pattern)
+        self.wait_for(lambda text: bool(rx.search(text)), timeout, f"ready (/{pattern}/)")
+
+    def stop(self, timeout: float = 3.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL it; return the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        return self.proc.poll()

@@ -1,0 +1,67 @@
+"""Link shaping: rate, loss and delay on both directions of a lab link.
+
+This kernel has no netem (ARCHITECTURE.md §4), so: rate is ``tc tbf`` on
+each end's egress; loss is an nft ``numgen random`` drop in each end's
+namespace; delay uses netem where the kernel has it and otherwise fails with
+a clear message (the userspace delay line is not built yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import LabError
+from .sh import run
+
+SHAPE_TABLE = "ptlshape"
+
+
+@dataclass(frozen=True)
+class Shape:
+    rate_mbit: float = 0.0  # 0 = unlimited
+    loss_pct: float = 0.0
+    delay_ms: float = 0.0
+
+    def is_null(self) -> bool:
+        return not (self.rate_mbit or self.loss_pct or self.delay_ms)
+
+
+def netem_available(ns: str, dev: str) -> bool:
+    proc = run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "handle",
+                "9:", "netem", "delay", "0ms"], check=False)
+    if proc.returncode == 0:
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], check=False)
+        return True
+    return False
+
+
+def apply_egress(ns: str, dev: str, shape: Shape) -> None:
+    """Shape what `dev` in namespace `ns` sends."""
+    if shape.delay_ms:
+        if not netem_available(ns, dev):
+            raise LabError("link delay needs tc netem, which this kernel lacks "
+                           "(CONFIG_NET_SCH_NETEM); run without delay_ms")
+        args = ["netem", "delay", f"{shape.delay_ms}ms"]
+        if shape.rate_mbit:
+            args += ["rate", f"{shape.rate_mbit}mbit"]
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", *args])
+    elif shape.rate_mbit:
+        # Burst of about 10 ms at the rate, and at least a few full-size packets.
+        burst = max(int(shape.rate_mbit * 1e6 / 8 * 0.01), 16 * 1514)
+        run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+             "rate", f"{shape.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"])
+    if shape.loss_pct:
+        if not 0 < shape.loss_pct < 100:
+            raise LabError(f"loss_pct must be between 0 and 100, got {shape.loss_pct}")
+        per_10k = int(round(shape.loss_pct * 100))
+        script = (f"table inet {SHAPE_TABLE} {{\n chain out_{dev} {{\n"
+                  f"  type filter hook postrouting priority 10; policy accept;\n"
+                  f"  oifname \"{dev}\" numgen random mod 10000 < {per_10k} counter drop\n"
+                  " }\n}\n")
+        run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=script)
+
+
+def clear_egress(ns: str, dev: str) -> None:
+    run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], check=False)
+    run(["ip", "netns", "exec", ns, "nft", "delete", "chain", "inet", SHAPE_TABLE, f"out_{dev}"],
+        check=False)
