@@ -1,1 +1,3 @@
-"""ptlab."""
+"""ptlab: the application. CLI, experiment specs, runner, lab services, workloads, reports."""
+
+__version__ = "0.1.0"

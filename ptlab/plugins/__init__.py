@@ -1,1 +1,30 @@
-"""ptlab/plugins."""
+"""Lab plugins: how each transport (ours or a real peer) takes its place in the lab.
+
+The runner knows no transport by name; it asks the plugin registered under
+the ``ptlab.lab_plugins`` entry-point group (ARCHITECTURE.md §3).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from .base import CellContext, Endpoint, LabPlugin, Service
+
+__all__ = ["CellContext", "Endpoint", "LabPlugin", "Service", "available", "get"]
+
+_cache: dict[str, LabPlugin] = {}
+
+
+def available() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group="ptlab.lab_plugins"))
+
+
+def get(name: str) -> LabPlugin:
+    if name not in _cache:
+        for ep in entry_points(group="ptlab.lab_plugins"):
+            if ep.name == name:
+                _cache[name] = ep.load()
+                break
+        else:
+            raise KeyError(f"no lab plugin {name!r} (known: {', '.join(available())})")
+    return _cache[name]

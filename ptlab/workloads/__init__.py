@@ -1,1 +1,1 @@
-"""ptlab/workloads."""
+"""Workloads: what the lab's user does through a transport, measured."""

@@ -1,0 +1,205 @@
+"""The ``ptlab`` command line.
+
+Every failure a person can cause (not root, a missing system tool, a bad spec
+key, an unknown lab) ends in one line on stderr and exit status 2; a run whose
+declared expectations fail, or whose bulk check caught corrupted bytes, exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from netns import cleanup
+from netns.errors import LabError
+from netns.lab import Lab
+from netns.sh import require_root, require_tools
+from netns.topology import default_topology
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SPEC = REPO / "experiments" / "default.toml"
+
+
+def _die(msg: str, code: int = 2) -> int:
+    print(f"ptlab: {msg}", file=sys.stderr)
+    return code
+
+
+def _term_to_exit() -> None:
+    """SIGTERM unwinds like Ctrl-C, so finally-blocks take the lab down."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# --- ptlab run ---------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from censor_sim.profile import available as profiles_available
+
+    from . import plugins
+    from .experiment import run_experiment
+    from .spec import load_spec
+
+    spec = load_spec(Path(args.spec), plugins.available(), profiles_available())
+    if args.quick:
+        spec.repetitions = 1
+        spec.workloads.bulk_size = min(spec.workloads.bulk_size, 1_000_000)
+        spec.workloads.latency_count = min(spec.workloads.latency_count, 3)
+    require_root()
+    require_tools("ip", "nft", "tc", "tcpdump")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.results) if args.results else REPO / "results" / stamp
+    console = Console(stderr=False)
+    _term_to_exit()
+    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id)
+    console.print(f"report: [bold]{outcome.report}[/]")
+    if outcome.integrity_failures:
+        for f in outcome.integrity_failures:
+            print(f"ptlab: {f}", file=sys.stderr)
+        return 1
+    if outcome.failed_expectations:
+        for f in outcome.failed_expectations:
+            print(f"ptlab: expectation failed: {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- ptlab lab ---------------------------------------------------------------
+
+def cmd_lab_up(args: argparse.Namespace) -> int:
+    require_root()
+    require_tools("ip")
+    lab = Lab(default_topology(args.proxies), args.id)
+    t0 = time.monotonic()
+    lab.up(detached=True)
+    print(f"lab {lab.id} is up ({len(lab.topology.nodes)} namespaces, "
+          f"{time.monotonic() - t0:.1f} s); 'ptlab lab down {lab.id}' removes it")
+    for role in lab.topology.nodes:
+        print(f"  {lab.ns(role):24s} {lab.addr(role):15s} {lab.addr(role, v6=True)}")
+    return 0
+
+
+def cmd_lab_down(args: argparse.Namespace) -> int:
+    require_root()
+    require_tools("ip")
+    if args.all:
+        ids = cleanup.down_all()
+    elif args.id:
+        if args.id not in cleanup.all_lab_ids():
+            return _die(f"no lab {args.id!r} ('ptlab lab status' lists them)")
+        cleanup.down(args.id)
+        ids = [args.id]
+    else:
+        ids = cleanup.down_orphans()
+    print(f"removed {len(ids)} lab(s){': ' + ', '.join(ids) if ids else ''}")
+    return 0
+
+
+def cmd_lab_status(args: argparse.Namespace) -> int:
+    require_root()
+    require_tools("ip")
+    ids = sorted(cleanup.all_lab_ids())
+    if not ids:
+        print("no labs")
+    for i in ids:
+        st = cleanup.status(i)
+        owner = f"owner pid {st.owner_pid}" if st.owner_pid else "no owner"
+        print(f"{i}: {st.state}, {st.namespaces} namespaces, {owner}")
+    return 0
+
+
+def cmd_lab_exec(args: argparse.Namespace) -> int:
+    require_root()
+    lab_id = args.id
+    if lab_id is None:
+        ids = sorted(cleanup.all_lab_ids())
+        if len(ids) != 1:
+            return _die("several labs (or none) are up: name one with --id")
+        lab_id = ids[0]
+    lab = Lab.attach(lab_id)
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        return _die("nothing to run: ptlab lab exec NODE -- CMD")
+    ns = lab.ns(args.node)
+    os.execvp("ip", ["ip", "netns", "exec", ns, *cmd])
+    return 0  # not reached
+
+
+# --- ptlab report ------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import render_report
+    from .results import load_results
+    from .terminal import print_results
+
+    d = Path(args.results_dir)
+    if not (d / "results.json").exists():
+        return _die(f"{d}: no results.json there")
+    print_results(load_results(d))
+    print(f"report: {render_report(d)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptlab", description="Censorship-resistance transport lab.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run an experiment spec (transports x censors)",
+                       description="Run an experiment: bring a lab up, run every cell of "
+                                   "the transports x censors matrix, write results/<ts>/.")
+    r.add_argument("spec", nargs="?", default=str(DEFAULT_SPEC),
+                   help=f"experiment TOML (default: {DEFAULT_SPEC.relative_to(REPO)})")
+    r.add_argument("--results", help="results directory (default results/<timestamp>)")
+    r.add_argument("--quick", action="store_true",
+                   help="one repetition and a small bulk size (CI's quick form)")
+    r.add_argument("--lab-id", help="lab id to use (1-4 of a-z0-9; default random)")
+    r.set_defaults(fn=cmd_run)
+
+    lab = sub.add_parser("lab", help="manage labs (namespaces)",
+                         description="Bring the default topology up, down, or look inside.")
+    lsub = lab.add_subparsers(dest="lab_command", required=True)
+    up = lsub.add_parser("up", help="bring the default topology up and return")
+    up.add_argument("--id", help="lab id (default random)")
+    up.add_argument("--proxies", type=int, default=2, help="number of proxy namespaces")
+    up.set_defaults(fn=cmd_lab_up)
+    down = lsub.add_parser("down", help="remove orphaned labs, one lab (ID) or all (--all)")
+    down.add_argument("id", nargs="?", help="lab id to remove even if its owner lives")
+    down.add_argument("--all", action="store_true", help="remove every lab")
+    down.set_defaults(fn=cmd_lab_down)
+    st = lsub.add_parser("status", help="list labs and their owners")
+    st.set_defaults(fn=cmd_lab_status)
+    ex = lsub.add_parser("exec", help="run a command in a lab node: lab exec NODE -- CMD")
+    ex.add_argument("--id", help="lab id (needed when several labs are up)")
+    ex.add_argument("node", help="node role, e.g. client, censor, bridge")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")
+    ex.set_defaults(fn=cmd_lab_exec)
+
+    rep = sub.add_parser("report", help="render report.html for a results directory")
+    rep.add_argument("results_dir")
+    rep.set_defaults(fn=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (LabError, SpecError) as exc:
+        return _die(str(exc))
+    except KeyboardInterrupt:
+        return _die("interrupted", 130)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

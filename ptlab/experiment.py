@@ -1,0 +1,59 @@
+"""One experiment from spec to report: runner, results files, HTML report, terminal table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from censor_sim.profile import profile_path
+
+from . import plugins
+from .report import render_report
+from .results import Results, now_iso, provenance, write_results
+from .runner import LabRunner
+from .spec import Spec
+from .terminal import print_results, progress
+
+
+@dataclass
+class Outcome:
+    results: Results
+    out_dir: Path
+    report: Path
+    seconds: float
+    failed_expectations: list[str] = field(default_factory=list)
+    integrity_failures: list[str] = field(default_factory=list)
+
+
+def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
+                   capture: bool = True) -> Outcome:
+    started, t0 = now_iso(), time.monotonic()
+    cells = spec.cells()
+    log = console.print if console else print
+    profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
+    peers = sorted({b for t in spec.transports for b in plugins.get(t).peer_binaries()})
+    runner = LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
+    with progress(console) as bar:
+        task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
+        with runner:
+            bar.update(task, description=f"{spec.name}: lab {runner.lab.id} up, "
+                                         f"RTT {runner.rtt_ms} ms")
+
+            def on_row(row) -> None:
+                bar.advance(task)
+                bar.update(task, description=f"{row.transport} × {row.censor}: {row.status}")
+
+            rows = runner.run_matrix(on_row)
+    results = Results(
+        started=started, finished=now_iso(), spec_path=str(spec.path or ""), spec=spec.raw,
+        provenance=provenance({"experiment": spec.seed}, profile_files, peers), rows=rows)
+    write_results(results, out_dir)
+    report = render_report(out_dir)
+    if console is not None:
+        print_results(results, console)
+    failed = [f"{r.transport} × {r.censor}: expected {r.expectation}, got {r.status}"
+              + (f" ({r.error})" if r.error else "")
+              for r in rows if r.expectation_met is False]
+    return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
+                   runner.integrity_failures)

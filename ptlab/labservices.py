@@ -1,0 +1,143 @@
+"""The lab-wide services every experiment gets (ARCHITECTURE.md §1, "Lab services").
+
+- the lab CA, whose root every lab client trusts;
+- the web node: destination HTTP (:80, where bridges relay to) and HTTPS (:443);
+- the TLS edge in the cdn namespace, fronting benign sites (and later meek,
+  Snowflake's rendezvous and Conjure's registrar) by Host header;
+- the resolver and STUN server in the svc namespace;
+- benign servers (binary TCP, UDP, SSH) on the web node, for collateral damage.
+
+They start once per lab and outlive the cells; transports use them rather
+than building their own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from netns.lab import Lab
+from netns.process import LabProcess
+
+from .plugins.base import READY_EVENT
+from .services.ca import LabCA
+from .services.sshd import READY_MARKER as SSHD_READY
+from .services.sshd import SshdFiles, prepare_sshd
+
+WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
+DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
+# Benign sites behind the edge, and the names fronted transports will use.
+EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab")
+
+
+def _both(port: int) -> list[str]:
+    return [f"0.0.0.0:{port}", f"[::]:{port}"]
+
+
+class LabServices:
+    """Starts and stops the lab services of one lab."""
+
+    def __init__(self, lab: Lab, workdir: Path) -> None:
+        self.lab = lab
+        self.dir = Path(workdir)
+        self.procs: list[LabProcess] = []
+        self.ca: LabCA | None = None
+        self.sshd: SshdFiles | None = None
+
+    @property
+    def upstream(self) -> tuple[str, int]:
+        """Where bridges relay their streams: the web node's plain HTTP server."""
+        return self.lab.addr("web"), WEB_HTTP
+
+    def names(self) -> dict[str, list[str]]:
+        """The lab zone: NAME.lab for each node, plus the edge's sites."""
+        zone: dict[str, list[str]] = {}
+        for role in self.lab.topology.nodes:
+            if self.lab.topology.links_of(role):
+                zone[f"{role}.lab"] = [self.lab.addr(role), self.lab.addr(role, v6=True)]
+        for site in EDGE_SITES:
+            zone[site] = zone["cdn.lab"]
+        return zone
+
+    def start(self) -> LabServices:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ca = LabCA.load_or_create(self.dir / "ca")
+        web_cert, web_key = self.ca.issue(["web.lab"], [self.lab.addr("web"),
+                                                        self.lab.addr("web", v6=True)], "web")
+        edge_cert, edge_key = self.ca.issue(["cdn.lab", *EDGE_SITES, "*.benign.lab"],
+                                            [self.lab.addr("cdn")], "edge")
+        zone_file = self.dir / "zone.json"
+        zone_file.write_text(json.dumps({"names": self.names()}, indent=2))
+        web_origin = f"http://{self.lab.addr('web')}:{WEB_HTTP}"
+        edge_cfg = self.dir / "edge.json"
+        edge_cfg.write_text(json.dumps({"routes": {s: web_origin for s in EDGE_SITES}}))
+        self.sshd = prepare_sshd(self.dir / "sshd", ["0.0.0.0", "::"], SSH_PORT)
+        py = [sys.executable, "-m"]
+        specs = [
+            ("web-http", "web", [*py, "ptlab.services.web", "--name", "web.lab",
+                                 *_listen(_both(WEB_HTTP))], READY_EVENT),
+            ("web-https", "web", [*py, "ptlab.services.web", "--name", "web.lab",
+                                  "--tls-cert", str(web_cert), "--tls-key", str(web_key),
+                                  *_listen(_both(WEB_HTTPS))], READY_EVENT),
+            ("edge", "cdn", [*py, "ptlab.services.edge", "--config", str(edge_cfg),
+                             "--tls-cert", str(edge_cert), "--tls-key", str(edge_key),
+                             *_listen(_both(EDGE_HTTPS))], READY_EVENT),
+            ("dns", "svc", [*py, "ptlab.services.dns", "--zone-file", str(zone_file),
+                            *_listen(_both(DNS_PORT))], READY_EVENT),
+            ("stun", "svc", [*py, "ptlab.services.stun", *_listen(_both(STUN_PORT))],
+             READY_EVENT),
+            ("benign", "web", [*py, "ptlab.services.benign",
+                               *_flag("--binary-listen", _both(BINARY_PORT)),
+                               *_flag("--udp-listen", _both(UDP_PORT))], READY_EVENT),
+            ("sshd", "web", list(self.sshd.argv), SSHD_READY),
+        ]
+        try:
+            for name, role, argv, _ in specs:
+                self.procs.append(LabProcess(self.lab.ns(role), argv, name,
+                                             self.dir / f"{name}.log").start())
+            for p, (_, _, _, ready) in zip(self.procs, specs, strict=True):
+                p.wait_log(ready, 20)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+    async def benign_mix(self, timeout: float):
+        """Run the benign background mix from the client namespace."""
+        from .workloads.benign import run_benign_mix
+
+        return await run_benign_mix(self.lab.ns("client"), self.benign_targets(), timeout,
+                                    ssh=self.sshd)
+
+    def benign_targets(self):
+        from .workloads.benign import BenignTargets
+
+        assert self.ca
+        lab, ca = self.lab, str(self.ca.ca_path)
+        return BenignTargets(
+            https=[(lab.addr("cdn"), EDGE_HTTPS, "www.benign.lab", ca),
+                   (lab.addr("cdn"), EDGE_HTTPS, "news.benign.lab", ca),
+                   (lab.addr("web"), WEB_HTTPS, "web.lab", ca)],
+            http=[(lab.addr("web"), WEB_HTTP, "web.lab")],
+            dns=(lab.addr("svc"), DNS_PORT),
+            dns_name="web.lab",
+            ssh=(lab.addr("web"), SSH_PORT),
+            binary=(lab.addr("web"), BINARY_PORT),
+            udp=(lab.addr("web"), UDP_PORT),
+        )
+
+
+def _listen(addrs: list[str]) -> list[str]:
+    return _flag("--listen", addrs)
+
+
+def _flag(flag: str, values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out += [flag, v]
+    return out

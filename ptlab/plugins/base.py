@@ -1,0 +1,88 @@
+"""The lab plugin contract.
+
+A plugin declares: the services it needs and in which namespaces
+(:meth:`LabPlugin.servers`, :meth:`LabPlugin.clients`), any topology
+extensions (:meth:`LabPlugin.extend_topology`), how to start each role (a
+:class:`Service` is an argv for one process), and how to tell it is ready (a
+regex over the process log, by default the ``ready`` event). The workloads
+reach a transport through its client's SOCKS5 front (:class:`Endpoint`), as
+Tor does.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netns.lab import Lab
+from netns.topology import Topology
+
+READY_EVENT = r'"event": "ready"'
+
+
+@dataclass
+class Service:
+    """One process of a plugin: where it runs, what it runs, when it is ready."""
+
+    name: str
+    role: str
+    argv: list[str]
+    ready: str = READY_EVENT
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 15.0
+
+
+@dataclass
+class Endpoint:
+    """How a workload reaches the transport: SOCKS5 in the client namespace."""
+
+    socks_host: str
+    socks_port: int
+    target_host: str
+    target_port: int
+    args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CellContext:
+    """What a plugin may use to build its processes for one cell."""
+
+    lab: Lab
+    workdir: Path  # state directories and config files for this cell
+    options: dict[str, Any]  # the spec's [transports.<name>] table
+    seed: int
+    upstream: tuple[str, int]  # where bridges relay to (the web node's HTTP server)
+    python: str = sys.executable
+
+    def py(self, *module_args: str) -> list[str]:
+        return [self.python, "-m", *module_args]
+
+
+class LabPlugin:
+    """Base class: override what the transport needs."""
+
+    name = "?"
+    description = ""
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Raise ValueError naming a bad key in [transports.<name>]."""
+        if options:
+            raise ValueError(f"unknown option {sorted(options)[0]!r}")
+
+    def extend_topology(self, topology: Topology, options: dict[str, Any]) -> None:
+        """Add phantom prefixes, extra nodes... (nothing by default)."""
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        return []
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        return []
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        raise NotImplementedError
+
+    def peer_binaries(self) -> list[str]:
+        """Real-peer binaries this plugin runs (their versions go into provenance)."""
+        return []

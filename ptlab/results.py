@@ -1,0 +1,392 @@
+"""The result schema: one row per cell, written as results.json and results.csv.
+
+ARCHITECTURE.md §3 "Result row" and "results.json". A run's numbers are only
+worth something if someone can tell later what produced them, so every
+results.json carries a schema version and provenance (git SHA, kernel, peer
+versions, profile hashes, seeds). Readers refuse a schema they do not know
+instead of guessing at field meanings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+RESULTS_JSON = "results.json"
+RESULTS_CSV = "results.csv"
+
+STATUSES = ("reachable", "blocked", "ERROR")
+EXPECTATIONS = ("reachable", "blocked")
+
+#: Peer binaries whose versions provenance records by default.
+PEER_BINARIES = ("obfs4proxy", "snowflake-proxy", "snowflake-client", "tor")
+#: ptlab's Python dependencies whose versions change measured behaviour.
+PYTHON_DEPS = ("aiortc", "scapy", "cryptography", "aiohttp")
+
+# Two-sided 95 % Student's t critical values, df 1..30 (scipy is not a dependency).
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+_Z95 = 1.96
+
+_CI_FIELDS = ("goodput_ci95", "latency_ci95")
+
+
+def t95(df: int) -> float:
+    """Two-sided 95 % t critical value; the normal 1.96 past df 30 (error < 4 %)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T95[df - 1] if df <= len(_T95) else _Z95
+
+
+def mean_ci95(samples: Iterable[float]) -> tuple[float, tuple[float, float]]:
+    """Mean and Student's t 95 % confidence interval of the mean.
+
+    Repetitions are few (often 3-10), so the normal approximation would make
+    intervals look tighter than they are. One sample gives the degenerate (x, x).
+    """
+    xs = [float(x) for x in samples]
+    if not xs:
+        raise ValueError("mean_ci95 needs at least one sample")
+    if not all(math.isfinite(x) for x in xs):
+        raise ValueError("mean_ci95 samples must be finite")
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return mean, (mean, mean)
+    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
+    half = t95(n - 1) * math.sqrt(var / n)
+    return mean, (mean - half, mean + half)
+
+
+@dataclass
+class Row:
+    """One cell of the transports x censors matrix."""
+
+    transport: str
+    censor: str
+    status: str  # "reachable" | "blocked" | "ERROR"
+    error: str | None = None
+    repetitions: int = 0
+    bootstrap_s: float | None = None
+    goodput_mbps: float | None = None
+    goodput_ci95: tuple[float, float] | None = None
+    goodput_samples: list[float] = field(default_factory=list)
+    latency_ms: float | None = None  # median
+    latency_ci95: tuple[float, float] | None = None
+    latency_samples: list[float] = field(default_factory=list)
+    bytes_before_block: int | None = None
+    detector: str | None = None
+    time_to_detection_s: float | None = None
+    action: str | None = None
+    probes_sent: int = 0
+    probe_verdicts: dict[str, int] = field(default_factory=dict)
+    benign_total: int = 0
+    benign_blocked: int = 0
+    collateral: float | None = None  # share of benign flows blocked, 0..1
+    benign_detail: dict[str, dict[str, int]] = field(default_factory=dict)
+    censor_cpu_per_flow_ms: float | None = None
+    censor_counters: dict[str, int] = field(default_factory=dict)
+    rtt_ms: float | None = None
+    expectation: str | None = None  # "reachable" | "blocked", declared by the spec
+    expectation_met: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"row status must be one of {STATUSES}, got {self.status!r}")
+        if self.expectation is not None and self.expectation not in EXPECTATIONS:
+            raise ValueError(
+                f"row expectation must be one of {EXPECTATIONS} or None, got {self.expectation!r}"
+            )
+        # JSON has no tuples: normalise CIs read back as lists.
+        for name in _CI_FIELDS:
+            ci = getattr(self, name)
+            if ci is not None:
+                lo, hi = ci
+                setattr(self, name, (float(lo), float(hi)))
+
+    @property
+    def cell(self) -> str:
+        """The cell's display name."""
+        return f"{self.transport} × {self.censor}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (CIs become two-element lists)."""
+        d = dataclasses.asdict(self)
+        for name in _CI_FIELDS:
+            if d[name] is not None:
+                d[name] = list(d[name])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Row:
+        """Rebuild a row; unknown or missing required fields are schema errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"result row has unknown fields: {', '.join(unknown)}")
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise ValueError(f"result row is malformed: {exc}") from None
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601, the format of Results.started/finished."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Results:
+    """A whole run: the spec it ran, where and with what, and its rows."""
+
+    started: str  # ISO 8601
+    finished: str  # ISO 8601
+    spec_path: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, schema version first so a reader sees it at once."""
+        return {
+            "schema_version": self.schema_version,
+            "started": self.started,
+            "finished": self.finished,
+            "spec_path": self.spec_path,
+            "spec": self.spec,
+            "provenance": self.provenance,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Results:
+        """Rebuild results, refusing any schema version but ours."""
+        if not isinstance(d, dict):
+            raise ValueError("results.json is not a JSON object")
+        version = d.get("schema_version")
+        if version is None:
+            raise ValueError("results.json has no schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"results.json has schema_version {version!r}; this ptlab reads {SCHEMA_VERSION}"
+            )
+        try:
+            return cls(
+                schema_version=version,
+                started=d["started"],
+                finished=d["finished"],
+                spec_path=d["spec_path"],
+                spec=d.get("spec", {}),
+                provenance=d.get("provenance", {}),
+                rows=[Row.from_dict(r) for r in d.get("rows", [])],
+            )
+        except KeyError as exc:
+            raise ValueError(f"results.json lacks field {exc.args[0]!r}") from None
+
+    def rtts_ms(self) -> list[float]:
+        """The distinct RTTs the rows ran with, sorted (every report must state them)."""
+        return sorted({r.rtt_ms for r in self.rows if r.rtt_ms is not None})
+
+
+def csv_columns() -> list[str]:
+    """CSV header: the row fields, with each CI split into *_lo and *_hi."""
+    cols: list[str] = []
+    for f in dataclasses.fields(Row):
+        if f.name in _CI_FIELDS:
+            cols += [f"{f.name}_lo", f"{f.name}_hi"]
+        else:
+            cols.append(f.name)
+    return cols
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    return str(value)
+
+
+def _csv_record(row: Row) -> list[str]:
+    out: list[str] = []
+    for f in dataclasses.fields(Row):
+        value = getattr(row, f.name)
+        if f.name in _CI_FIELDS:
+            lo, hi = value if value is not None else (None, None)
+            out += [_csv_cell(lo), _csv_cell(hi)]
+        else:
+            out.append(_csv_cell(value))
+    return out
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    # A crash mid-write must not leave a truncated results file that looks complete.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_results(results: Results, directory: Path | str) -> None:
+    """Write results.json (indent 2) and results.csv (one line per row) into directory.
+
+    NaN/inf are refused (ValueError) rather than written as invalid JSON.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        text = json.dumps(results.to_dict(), indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise ValueError("results contain NaN or infinity, which JSON cannot carry") from None
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(csv_columns())
+    for row in results.rows:
+        writer.writerow(_csv_record(row))
+
+    _atomic_write(directory / RESULTS_JSON, text)
+    _atomic_write(directory / RESULTS_CSV, buf.getvalue())
+
+
+def load_results(directory: Path | str) -> Results:
+    """Read results.json from directory; ValueError on an unknown schema or bad JSON."""
+    path = Path(directory) / RESULTS_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    return Results.from_dict(data)
+
+
+# --- provenance -----------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], cwd: Path | None = None, timeout: float = 3.0) -> str | None:
+    """stdout+stderr of a command, or None if it failed, timed out or is missing.
+
+    The command gets its own session so a timeout kills it and any children it
+    forked; otherwise a child holding the pipe open would hang us past the timeout.
+    """
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    if proc.returncode != 0:
+        return None
+    return out.decode("utf-8", "replace")
+
+
+def _first_line(text: str | None) -> str | None:
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def git_state(path: Path | None = None) -> tuple[str, bool | None]:
+    """(HEAD SHA, dirty) of the checkout holding ptlab; ("unknown", None) outside git."""
+    where = path if path is not None else Path(__file__).resolve().parent.parent
+    sha = _first_line(_run(["git", "rev-parse", "HEAD"], cwd=where))
+    if sha is None:
+        return "unknown", None
+    # Read-only: GIT_OPTIONAL_LOCKS=0 stops status from refreshing the index.
+    # Untracked files count: new, uncommitted code also makes HEAD an incomplete record.
+    status = _run(["git", "status", "--porcelain"], cwd=where)
+    dirty = None if status is None else bool(status.strip())
+    return sha, dirty
+
+
+def binary_version(binary: str, timeout: float = 3.0) -> str:
+    """First output line of `<bin> --version` (or `-version`, Go style); "not installed"."""
+    exe = shutil.which(binary)
+    if exe is None:
+        return "not installed"
+    for flag in ("--version", "-version"):
+        line = _first_line(_run([exe, flag], timeout=timeout))
+        if line:
+            return line
+    return "unknown"
+
+
+def python_dep_versions(names: Iterable[str] = PYTHON_DEPS) -> dict[str, str]:
+    """Installed distribution versions, "not installed" when absent."""
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, so a report pins the exact profile text it ran."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def provenance(
+    seeds: dict[str, Any],
+    profile_files: Iterable[Path],
+    peer_binaries: Iterable[str] = PEER_BINARIES,
+) -> dict[str, Any]:
+    """Everything needed to tell later what produced a run's numbers."""
+    sha, dirty = git_state()
+    return {
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "kernel": os.uname().release,
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "seeds": dict(seeds),
+        "profiles": {str(p): sha256_file(Path(p)) for p in profile_files},
+        "peers": {b: binary_version(b) for b in peer_binaries},
+        "python_deps": python_dep_versions(),
+    }

@@ -1,0 +1,354 @@
+"""The experiment runner: one lab, a matrix of cells, one result row per cell.
+
+For each transport it runs the ``none`` censor first, as the baseline: a cell
+whose baseline fails is ERROR, never "blocked". For each cell it starts the
+censor with its profile, the transport's server and client processes, waits
+for readiness, runs the workloads from the client namespace, reads the
+censor's counters and events, and stops the cell's processes. The lab itself
+(namespaces and lab services) is brought up once and reused across cells:
+every cell starts and stops its own processes and censor table, so cells do
+not share state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from censor_sim import profile as profiles
+from netns import shaping
+from netns.capture import Capture
+from netns.errors import LabError
+from netns.lab import Lab
+from netns.process import LabProcess
+from netns.sh import require_root, require_tools
+from netns.topology import default_topology
+
+from . import plugins
+from .events import parse_event_line
+from .labservices import LabServices
+from .plugins.base import CellContext, Service
+from .results import Row, mean_ci95
+from .spec import Spec, SpecError
+from .workloads.bulk import bulk_download
+from .workloads.latency import bootstrap, request_latency
+
+BASELINE = "none"
+
+
+@dataclass
+class CellRun:
+    """Everything started for one cell, so it can be stopped and read back."""
+
+    name: str
+    procs: list[LabProcess] = field(default_factory=list)
+    captures: list[Capture] = field(default_factory=list)
+    censor: LabProcess | None = None
+
+
+class LabRunner:
+    """Runs cells in one lab. Use as a context manager, or start()/stop()."""
+
+    def __init__(self, spec: Spec, out_dir: Path, lab_id: str | None = None,
+                 capture: bool = True, log=print) -> None:
+        self.spec = spec
+        self.out = Path(out_dir)
+        self.lab_id = lab_id
+        self.capture = capture
+        self.log = log
+        self.lab: Lab | None = None
+        self.services: LabServices | None = None
+        self.rtt_ms: float | None = None
+        self.baselines: dict[str, bool] = {}
+        self.events_path = self.out / "events.jsonl"
+        self.integrity_failures: list[str] = []
+
+    # --- lab lifecycle --------------------------------------------------------
+
+    def start(self) -> LabRunner:
+        require_root()
+        require_tools("ip", "nft", "tc", "tcpdump")
+        for name, opts in self.spec.transports.items():
+            try:
+                plugins.get(name).check_options(opts)
+            except (KeyError, ValueError) as exc:
+                raise SpecError(f"transports.{name}: {exc}") from None
+        self.out.mkdir(parents=True, exist_ok=True)
+        topo = default_topology(proxies=self.spec.topology.proxies)
+        for name, opts in self.spec.transports.items():
+            plugins.get(name).extend_topology(topo, opts)
+        self.lab = Lab(topo, self.lab_id).up()
+        try:
+            self._shape()
+            self.services = LabServices(self.lab, self.out / "lab").start()
+            self.rtt_ms = self._measure_rtt()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.services:
+            self.services.stop()
+            self._collect_events("lab", self.services.procs)
+            self.services = None
+        if self.lab:
+            self.lab.down()
+            self.lab = None
+
+    def __enter__(self) -> LabRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _shape(self) -> None:
+        t = self.spec.topology
+        shape = shaping.Shape(t.rate_mbit, t.loss_pct, t.delay_ms)
+        if shape.is_null():
+            return
+        assert self.lab
+        # The censor-inet link stands for the path between the user's ISP and the world.
+        for a, b in (("censor", "inet"), ("inet", "censor")):
+            shaping.apply_egress(self.lab.ns(a), self.lab.iface(a, b), shape)
+
+    def _measure_rtt(self) -> float | None:
+        assert self.lab
+        proc = self.lab.exec("client", ["ping", "-n", "-q", "-c", "5", "-i", "0.05", "-W", "1",
+                                        self.lab.addr("web")], check=False)
+        for line in proc.stdout.splitlines():
+            if "min/avg/max" in line:
+                return float(line.split("=")[1].split("/")[1])
+        return None
+
+    # --- cells ----------------------------------------------------------------
+
+    def run_matrix(self, on_row=None) -> list[Row]:
+        rows: list[Row] = []
+        t0 = time.monotonic()
+        for transport in self.spec.transports:
+            columns = list(self.spec.censors)
+            if BASELINE in columns:
+                columns.remove(BASELINE)
+                columns.insert(0, BASELINE)
+            for censor in columns:
+                if time.monotonic() - t0 > self.spec.budget_s:
+                    row = Row(transport, censor, "ERROR",
+                              error=f"over the wall-time budget ({self.spec.budget_s:.0f} s)")
+                else:
+                    row = self.run_cell(transport, censor)
+                self._expect(row)
+                rows.append(row)
+                if on_row:
+                    on_row(row)
+        return rows
+
+    def _expect(self, row: Row) -> None:
+        for e in self.spec.expect:
+            if (e.transport, e.censor) == (row.transport, row.censor):
+                row.expectation = e.status if e.status != "ERROR" else None
+                row.expectation_met = row.status == e.status
+
+    def baseline_ok(self, transport: str) -> bool:
+        """Does `transport` work with no censor? Measured once per transport."""
+        if transport not in self.baselines:
+            row = self._cell(transport, BASELINE, {}, baseline_only=True)
+            self.baselines[transport] = row.status == "reachable"
+        return self.baselines[transport]
+
+    def run_cell(self, transport: str, censor: str,
+                 overrides: dict[str, Any] | None = None) -> Row:
+        """Run one cell; `censor` is a column of the spec (or a profile name)."""
+        if censor in self.spec.censors:
+            profile_name, spec_over = self.spec.censor_profile(censor)
+        else:
+            profile_name, spec_over = censor, {}
+        merged = {**spec_over, **(overrides or {})}
+        row = self._cell(transport, censor, merged, profile_name=profile_name)
+        if profile_name == BASELINE and not overrides:
+            self.baselines[transport] = row.status == "reachable"
+        elif row.status == "blocked" and not self.baseline_ok(transport):
+            row.notes.append(f"blocked-looking failure, but {transport} fails with no censor too")
+            row.status = "ERROR"
+            row.error = row.error or "baseline (none censor) failed"
+        return row
+
+    def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
+              profile_name: str | None = None, baseline_only: bool = False) -> Row:
+        assert self.lab and self.services
+        profile_name = profile_name or censor
+        name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
+        cell_dir = self.out / "cells" / name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        plugin = plugins.get(transport)
+        ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
+                          self.spec.seed, self.services.upstream)
+        run = CellRun(name)
+        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
+        try:
+            if self.capture and not baseline_only:
+                self._start_captures(run)
+            run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
+            for svc in plugin.servers(ctx):
+                self._start(run, svc, cell_dir)
+            t_client = time.time()
+            for svc in plugin.clients(ctx):
+                self._start(run, svc, cell_dir)
+            endpoint = plugin.endpoint(ctx)
+            asyncio.run(self._workloads(row, endpoint, baseline_only))
+            row.notes.append(f"client started at {t_client:.3f}")
+            self._finish_censor(row, run, t_client)
+        except (LabError, profiles.ProfileError, OSError) as exc:
+            row.status, row.error = "ERROR", str(exc)
+        finally:
+            self._stop_cell(run)
+        return row
+
+    def _start(self, run: CellRun, svc: Service, cell_dir: Path) -> LabProcess:
+        assert self.lab
+        p = LabProcess(self.lab.ns(svc.role), svc.argv, svc.name,
+                       cell_dir / f"{svc.name}.log", env=svc.env).start()
+        run.procs.append(p)
+        p.wait_log(svc.ready, svc.ready_timeout_s)
+        return p
+
+    def _start_captures(self, run: CellRun) -> None:
+        assert self.lab
+        pdir = self.out / "pcaps"
+        pdir.mkdir(exist_ok=True)
+        for peer in ("client", "inet"):
+            cap = Capture(self.lab.ns("censor"), self.lab.iface("censor", peer),
+                          pdir / f"{run.name}__censor-{peer}.pcap")
+            run.captures.append(cap.start())
+
+    def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
+                      cell_dir: Path) -> LabProcess:
+        assert self.lab
+        prof = profiles.load_profile(profile_name, overrides)
+        detectors = self._resolve_roles(prof.detectors)
+        cfg = {"profile": profile_name, "overrides": {**overrides, "detectors": detectors}
+               if detectors else overrides}
+        cfg_path = cell_dir / "censor.json"
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        return self._start(run, Service("censor", "censor",
+                                        [_python(), "-m", "censor_sim", "--config",
+                                         str(cfg_path)]), cell_dir)
+
+    def _resolve_roles(self, value: Any) -> Any:
+        """Replace "role:NAME" with every address of lab node NAME."""
+        assert self.lab
+        if isinstance(value, dict):
+            return {k: self._resolve_roles(v) for k, v in value.items()}
+        if isinstance(value, list):
+            out: list[Any] = []
+            for v in value:
+                if isinstance(v, str) and v.startswith("role:"):
+                    role = v[5:]
+                    if role not in self.lab.topology.nodes:
+                        raise profiles.ProfileError(f"{v}: no lab node {role!r}")
+                    out += self.lab.topology.addresses(role)
+                else:
+                    out.append(v)
+            return out
+        return value
+
+    async def _workloads(self, row: Row, endpoint, baseline_only: bool) -> None:
+        assert self.lab and self.services
+        w = self.spec.workloads
+        ns = self.lab.ns("client")
+        row.bootstrap_s = await bootstrap(ns, endpoint, w.bootstrap_timeout_s)
+        reps = 1 if baseline_only else self.spec.repetitions
+        row.repetitions = reps
+        goodputs: list[float] = []
+        failure: str | None = None
+        moved = 0
+        if row.bootstrap_s is None:
+            failure = f"no request got through within {w.bootstrap_timeout_s:.0f} s"
+        else:
+            for r in range(reps):
+                res = await bulk_download(ns, endpoint, w.bulk_size, self.spec.seed + r,
+                                          timeout=w.bulk_timeout_s, idle_timeout=w.idle_timeout_s)
+                moved += res.received
+                if res.integrity_error:
+                    self.integrity_failures.append(f"{row.transport} × {row.censor}: {res.error}")
+                    row.status, row.error = "ERROR", res.error
+                    self.log(f"[bold red]{res.error}[/]")
+                    return
+                if not res.ok:
+                    failure = res.error
+                    break
+                assert res.goodput_mbps is not None
+                goodputs.append(res.goodput_mbps)
+            if not baseline_only and failure is None:
+                row.latency_samples = await request_latency(ns, endpoint, w.latency_count)
+        if failure is None:
+            row.status = "reachable"
+            row.goodput_samples = goodputs
+            row.goodput_mbps, row.goodput_ci95 = mean_ci95(goodputs)
+            if row.latency_samples:
+                row.latency_ms = statistics.median(row.latency_samples)
+                row.latency_ci95 = mean_ci95(row.latency_samples)[1]
+        else:
+            row.status, row.error = "blocked", failure
+            row.bytes_before_block = moved
+        if w.benign and not baseline_only:
+            await self._benign(row)
+
+    async def _benign(self, row: Row) -> None:
+        assert self.services
+        results = await self.services.benign_mix(self.spec.workloads.benign_timeout_s)
+        row.benign_total = len(results)
+        row.benign_blocked = sum(not r.ok for r in results)
+        row.collateral = row.benign_blocked / row.benign_total if results else None
+        detail: dict[str, dict[str, int]] = {}
+        for r in results:
+            d = detail.setdefault(r.kind, {"ok": 0, "blocked": 0})
+            d["ok" if r.ok else "blocked"] += 1
+        row.benign_detail = detail
+
+    def _finish_censor(self, row: Row, run: CellRun, t_client: float) -> None:
+        censor = run.censor
+        assert censor
+        censor.stop()
+        events = [e for line in censor.log_text().splitlines()
+                  if (e := parse_event_line(line))]
+        for e in events:
+            if e["event"] == "detection" and row.detector is None:
+                row.detector, row.action = e.get("detector"), e.get("action")
+                row.time_to_detection_s = round(max(e["ts"] - t_client, 0.0), 3)
+            if e["event"] == "counters":
+                row.censor_counters = {k: v["packets"] for k, v in e["counters"].items()}
+                flows = row.censor_counters.get("new_flows", 0)
+                if flows:
+                    row.censor_cpu_per_flow_ms = round(e["cpu_s"] * 1000 / flows, 4)
+        if not any(e["event"] == "counters" for e in events):
+            row.notes.append("censor reported no counters (did it crash?)")
+
+    def _stop_cell(self, run: CellRun) -> None:
+        for p in reversed(run.procs):
+            p.stop()
+        for c in run.captures:
+            try:
+                c.stop()
+            except LabError as exc:
+                self.log(f"capture: {exc}")
+        self._collect_events(run.name, run.procs)
+
+    def _collect_events(self, cell: str, procs: list[LabProcess]) -> None:
+        with open(self.events_path, "a") as out:
+            for p in procs:
+                for line in p.log_text().splitlines():
+                    if (e := parse_event_line(line)) is not None:
+                        e["cell"] = cell
+                        out.write(json.dumps(e) + "\n")
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable

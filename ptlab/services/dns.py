@@ -1,0 +1,333 @@
+"""The lab resolver: authoritative for a fixed zone map, over UDP and TCP.
+
+Names inside the lab resolve through this server (ARCHITECTURE.md §1). It only
+ever answers from its own map and never forwards, so no lookup can leave the
+lab. Unknown names get NXDOMAIN, malformed queries FORMERR, queries it will not
+serve (other classes, zone transfers) REFUSED, and garbage that does not even
+look like a query is dropped silently.
+
+Run: ``python -m ptlab.services.dns --listen 198.18.9.2:53 --zone web.lab=198.18.7.2
+--zone-file zones.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.name
+import dns.opcode
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+
+from ptlab.events import EventLog
+from ptlab.service_main import ConfigError, run_service
+from ptlab.services.netutil import bind_udp_tcp_pair, format_hostport, parse_hostport
+
+COMPONENT = "dns"
+DEFAULT_LISTEN = ("0.0.0.0:53", "[::]:53")
+TTL = 60
+TCP_IDLE_TIMEOUT = 30.0
+HEADER_LEN = 12
+_QR = 0x8000
+_RD = 0x0100
+
+
+@dataclass
+class Zone:
+    """The zone map: exact names and ``*.suffix`` wildcards, each with addresses."""
+
+    exact: dict[dns.name.Name, list[str]] = field(default_factory=dict)
+    wildcards: dict[dns.name.Name, list[str]] = field(default_factory=dict)
+
+    def add(self, name: str, addrs: Iterable[str]) -> None:
+        """Add addresses for a name (``*.x.lab`` is a wildcard for every name under x.lab)."""
+        clean: list[str] = []
+        for a in addrs:
+            try:
+                clean.append(str(ipaddress.ip_address(str(a).strip())))
+            except ValueError:
+                raise ConfigError(f"zone entry {name!r}: {a!r} is not an IP address") from None
+        try:
+            n = dns.name.from_text(name.strip())
+        except dns.exception.DNSException as exc:
+            raise ConfigError(f"bad zone name {name!r}: {exc}") from None
+        if n.labels and n.labels[0] == b"*":
+            target, key = self.wildcards, n.parent()
+        else:
+            target, key = self.exact, n
+        bucket = target.setdefault(key, [])
+        bucket.extend(a for a in clean if a not in bucket)
+
+    @classmethod
+    def from_mapping(cls, names: Mapping[str, Any]) -> Zone:
+        zone = cls()
+        for name, addrs in names.items():
+            if isinstance(addrs, str):
+                addrs = [addrs]
+            if not isinstance(addrs, list):
+                raise ConfigError(f"zone entry {name!r}: expected a list of addresses")
+            zone.add(name, addrs)
+        return zone
+
+    def lookup(self, qname: dns.name.Name) -> list[str] | None:
+        """Addresses for qname, or None if the name does not exist.
+
+        An exact entry wins; otherwise the closest enclosing wildcard. A
+        wildcard matches names strictly below its parent, not the parent itself.
+        """
+        if qname in self.exact:
+            return self.exact[qname]
+        n = qname
+        while len(n.labels) > 1:
+            n = n.parent()
+            if n in self.wildcards:
+                return self.wildcards[n]
+        return None
+
+
+@dataclass
+class Reply:
+    """A response on the wire plus what the query event reports."""
+
+    wire: bytes
+    name: str
+    type: str
+    rcode: str
+
+
+def _header_only(wire: bytes, rcode: int) -> Reply | None:
+    """A bare response built from the request header, for queries dnspython cannot parse."""
+    if len(wire) < HEADER_LEN:
+        return None
+    qid, flags = struct.unpack("!HH", wire[:4])
+    if flags & _QR:
+        return None  # never answer a response: that is how reflection loops start
+    opcode = (flags >> 11) & 0xF
+    out_flags = _QR | (opcode << 11) | (flags & _RD) | (rcode & 0xF)
+    wire_out = struct.pack("!HHHHHH", qid, out_flags, 0, 0, 0, 0)
+    return Reply(wire_out, "", "", dns.rcode.to_text(rcode))
+
+
+def handle_query(wire: bytes, zone: Zone, tcp: bool = False) -> Reply | None:
+    """Answer one query on the wire; None means drop it silently. Never raises."""
+    try:
+        return _answer(wire, zone, tcp)
+    except Exception:  # a bug must not take the resolver down; answer FORMERR if we can
+        try:
+            return _header_only(wire, dns.rcode.FORMERR)
+        except Exception:
+            return None
+
+
+def _answer(wire: bytes, zone: Zone, tcp: bool) -> Reply | None:
+    if len(wire) < HEADER_LEN:
+        return None
+    try:
+        query = dns.message.from_wire(wire)
+    except dns.exception.DNSException:
+        return _header_only(wire, dns.rcode.FORMERR)
+    if query.flags & dns.flags.QR:
+        return None
+    if query.opcode() != dns.opcode.QUERY:
+        return _header_only(wire, dns.rcode.NOTIMP)
+    if len(query.question) != 1:
+        return _header_only(wire, dns.rcode.FORMERR)
+    q = query.question[0]
+    name, rdtype = q.name, q.rdtype
+    resp = dns.message.make_response(query, recursion_available=False)
+    resp.flags |= dns.flags.AA
+    if query.edns > 0:
+        resp.set_rcode(dns.rcode.BADVERS)
+    elif q.rdclass != dns.rdataclass.IN or rdtype in (dns.rdatatype.AXFR, dns.rdatatype.IXFR):
+        resp.flags &= ~dns.flags.AA
+        resp.set_rcode(dns.rcode.REFUSED)
+    else:
+        addrs = zone.lookup(name)
+        if addrs is None:
+            resp.set_rcode(dns.rcode.NXDOMAIN)
+        else:
+            wanted: list[dns.rdatatype.RdataType] = []
+            if rdtype in (dns.rdatatype.A, dns.rdatatype.ANY):
+                wanted.append(dns.rdatatype.A)
+            if rdtype in (dns.rdatatype.AAAA, dns.rdatatype.ANY):
+                wanted.append(dns.rdatatype.AAAA)
+            for t in wanted:
+                version = 4 if t == dns.rdatatype.A else 6
+                matching = [a for a in addrs if ipaddress.ip_address(a).version == version]
+                if matching:
+                    resp.answer.append(
+                        dns.rrset.from_text_list(name, TTL, dns.rdataclass.IN, t, matching)
+                    )
+            # A name with no records of the asked type is NOERROR with no data.
+    if tcp:
+        max_size = 65535
+    else:
+        max_size = max(512, min(query.payload, 4096)) if query.edns >= 0 else 512
+    try:
+        out = resp.to_wire(max_size=max_size)
+    except dns.exception.TooBig:
+        resp.answer.clear()
+        resp.flags |= dns.flags.TC
+        out = resp.to_wire(max_size=max_size)
+    return Reply(
+        out,
+        name.to_text(omit_final_dot=True),
+        dns.rdatatype.to_text(rdtype),
+        dns.rcode.to_text(resp.rcode()),
+    )
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, server: DnsServer) -> None:
+        self.server = server
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        reply = handle_query(data, self.server.zone, tcp=False)
+        if reply is None or self.transport is None:
+            return
+        self.transport.sendto(reply.wire, addr)
+        self.server.note(reply, "udp", addr)
+
+    def error_received(self, exc: Exception) -> None:  # ICMP errors: nothing to do
+        pass
+
+
+class DnsServer:
+    """The resolver's sockets; start() binds UDP and TCP on each listen address."""
+
+    def __init__(self, zone: Zone, events: EventLog | None = None) -> None:
+        self.zone = zone
+        self.events = events
+        self.bound: list[tuple[str, int]] = []
+        self._udp: list[asyncio.DatagramTransport] = []
+        self._tcp: list[asyncio.Server] = []
+        self._conns: set[asyncio.StreamWriter] = set()
+
+    def note(self, reply: Reply, transport: str, peer: Any) -> None:
+        if self.events is not None:
+            self.events.emit("query", name=reply.name, type=reply.type, rcode=reply.rcode,
+                             transport=transport, peer=str(peer[0]) if peer else None)
+
+    async def start(self, listens: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        loop = asyncio.get_running_loop()
+        try:
+            for host, port in listens:
+                udp, tcp = bind_udp_tcp_pair(host, port)
+                tr, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self), sock=udp)
+                self._udp.append(tr)  # type: ignore[arg-type]
+                self._tcp.append(await asyncio.start_server(self._tcp_conn, sock=tcp))
+                self.bound.append((host, udp.getsockname()[1]))
+        except BaseException:
+            await self.close()
+            raise
+        return self.bound
+
+    async def _tcp_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                hdr = await asyncio.wait_for(reader.readexactly(2), TCP_IDLE_TIMEOUT)
+                (length,) = struct.unpack("!H", hdr)
+                data = await asyncio.wait_for(reader.readexactly(length), TCP_IDLE_TIMEOUT)
+                reply = handle_query(data, self.zone, tcp=True)
+                if reply is None:
+                    break  # garbage on a stream: drop the connection
+                writer.write(struct.pack("!H", len(reply.wire)) + reply.wire)
+                await writer.drain()
+                self.note(reply, "tcp", peer)
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError):
+            pass
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def close(self) -> None:
+        for tr in self._udp:
+            tr.close()
+        for srv in self._tcp:
+            srv.close()
+        for w in list(self._conns):
+            w.close()
+        for srv in self._tcp:
+            with contextlib.suppress(Exception):
+                await srv.wait_closed()
+        self._udp.clear()
+        self._tcp.clear()
+
+
+def load_zone(zone_args: Iterable[str], zone_files: Iterable[str]) -> Zone:
+    """The zone map from ``--zone-file`` JSON files and ``--zone NAME=ADDR[,ADDR]`` flags."""
+    zone = Zone()
+    for path in zone_files:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"zone file {path}: {exc}") from None
+        names = doc.get("names") if isinstance(doc, dict) else None
+        if not isinstance(names, dict):
+            raise ConfigError(f'zone file {path}: expected {{"names": {{NAME: [ADDR, ...]}}}}')
+        other = Zone.from_mapping(names)
+        for k, v in other.exact.items():
+            zone.add(k.to_text(), v)
+        for k, v in other.wildcards.items():
+            zone.add("*." + k.to_text(), v)
+    for item in zone_args:
+        name, sep, addrs = item.partition("=")
+        if not sep or not name or not addrs:
+            raise ConfigError(f"bad --zone {item!r}: expected NAME=ADDR[,ADDR...]")
+        zone.add(name, addrs.split(","))
+    return zone
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptlab.services.dns", description=__doc__.split("\n")[0])
+    p.add_argument("--listen", action="append", default=[], metavar="HOST:PORT",
+                   help="UDP+TCP listen address, repeatable (default 0.0.0.0:53 and [::]:53)")
+    p.add_argument("--zone", action="append", default=[], metavar="NAME=ADDR[,ADDR]",
+                   help="a name and its addresses; *.suffix is a wildcard; repeatable")
+    p.add_argument("--zone-file", action="append", default=[], metavar="FILE",
+                   help='JSON {"names": {NAME: [ADDR, ...]}}; repeatable')
+    return p
+
+
+async def serve(args: argparse.Namespace, events: EventLog, stop: asyncio.Event) -> None:
+    zone = load_zone(args.zone, args.zone_file)
+    listens = [parse_hostport(x, 53) for x in (args.listen or DEFAULT_LISTEN)]
+    server = DnsServer(zone, events)
+    bound = await server.start(listens)
+    events.emit("ready", listen=[format_hostport(h, p) for h, p in bound],
+                names=len(zone.exact) + len(zone.wildcards))
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_service(COMPONENT, build_parser(), serve, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

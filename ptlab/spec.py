@@ -1,0 +1,198 @@
+"""Experiment specs (TOML): what to run, under which censors, measured how.
+
+A spec names its transports (lab plugins) and censor profiles; the runner
+expands the matrix and records one row per cell. Every key is checked: an
+unknown or mistyped key is a :class:`SpecError` naming its path
+(``workloads.bulk.szie: unknown key``), so a typo never silently runs a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("reachable", "blocked", "ERROR")
+
+
+class SpecError(ValueError):
+    """A bad spec; the message names the file and the key path."""
+
+
+@dataclass
+class TopologyOptions:
+    proxies: int = 0
+    rate_mbit: float = 0.0
+    loss_pct: float = 0.0
+    delay_ms: float = 0.0
+
+
+@dataclass
+class Workloads:
+    bulk_size: int = 2_000_000
+    bulk_timeout_s: float = 30.0
+    idle_timeout_s: float = 4.0
+    latency_count: int = 10
+    benign: bool = True
+    benign_timeout_s: float = 3.0
+    bootstrap_timeout_s: float = 8.0
+
+
+@dataclass
+class Expectation:
+    transport: str
+    censor: str
+    status: str
+
+
+@dataclass
+class Spec:
+    path: Path | None
+    name: str
+    description: str = ""
+    seed: int = 1
+    repetitions: int = 3
+    budget_s: float = 600.0
+    topology: TopologyOptions = field(default_factory=TopologyOptions)
+    transports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    censors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    workloads: Workloads = field(default_factory=Workloads)
+    expect: list[Expectation] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def cells(self) -> list[tuple[str, str]]:
+        return [(t, c) for t in self.transports for c in self.censors]
+
+    def censor_profile(self, censor: str) -> tuple[str, dict[str, Any]]:
+        """(profile name, overrides) for a censor column."""
+        opts = dict(self.censors[censor])
+        return opts.pop("profile", censor), opts
+
+
+def _check(table: Any, where: str, allowed: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: expected a table")
+    for key, val in table.items():
+        path = f"{where}.{key}" if where else key
+        if key not in allowed:
+            raise SpecError(f"{path}: unknown key (allowed: {', '.join(sorted(allowed))})")
+        want = allowed[key]
+        if isinstance(val, bool) and want is not bool and bool not in (
+                want if isinstance(want, tuple) else (want,)):
+            raise SpecError(f"{path}: expected {_tname(want)}, got a boolean")
+        if not isinstance(val, want):
+            raise SpecError(f"{path}: expected {_tname(want)}, got {type(val).__name__}")
+    return table
+
+
+def _tname(t: type | tuple[type, ...]) -> str:
+    if isinstance(t, tuple):
+        return " or ".join(x.__name__ for x in t)
+    return t.__name__
+
+
+NUM = (int, float)
+
+
+def parse_spec(data: dict[str, Any], path: Path | None = None,
+               known_transports: list[str] | None = None,
+               known_profiles: list[str] | None = None) -> Spec:
+    """Validate a spec's TOML data and build a :class:`Spec`."""
+    where = path.name if path else "spec"
+    try:
+        return _parse(data, path, known_transports, known_profiles)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] | None,
+           known_profiles: list[str] | None) -> Spec:
+    _check(data, "", {"experiment": dict, "topology": dict, "transports": dict,
+                      "censors": dict, "workloads": dict, "expect": list})
+    exp = _check(data.get("experiment", {}), "experiment", {
+        "name": str, "description": str, "seed": int, "repetitions": int, "budget_s": NUM})
+    spec = Spec(path=path, name=exp.get("name", path.stem if path else "experiment"), raw=data)
+    spec.description = exp.get("description", "")
+    spec.seed = exp.get("seed", 1)
+    spec.repetitions = exp.get("repetitions", 3)
+    if not 1 <= spec.repetitions <= 100:
+        raise SpecError("experiment.repetitions: must be between 1 and 100")
+    spec.budget_s = float(exp.get("budget_s", 600))
+    if spec.budget_s <= 0:
+        raise SpecError("experiment.budget_s: must be positive")
+
+    topo = _check(data.get("topology", {}), "topology", {
+        "proxies": int, "rate_mbit": NUM, "loss_pct": NUM, "delay_ms": NUM})
+    spec.topology = TopologyOptions(**{k: topo[k] for k in topo})
+    if not 0 <= spec.topology.loss_pct < 100:
+        raise SpecError("topology.loss_pct: must be in [0, 100)")
+    for k in ("rate_mbit", "delay_ms"):
+        if getattr(spec.topology, k) < 0:
+            raise SpecError(f"topology.{k}: must not be negative")
+
+    transports = data.get("transports", {})
+    if not transports:
+        raise SpecError("transports: at least one transport is needed")
+    for name, opts in transports.items():
+        if known_transports is not None and name not in known_transports:
+            raise SpecError(f"transports.{name}: unknown transport "
+                            f"(known: {', '.join(known_transports)})")
+        if not isinstance(opts, dict):
+            raise SpecError(f"transports.{name}: expected a table")
+    spec.transports = transports
+
+    censors = data.get("censors", {})
+    if not censors:
+        raise SpecError("censors: at least one censor profile is needed")
+    for name, opts in censors.items():
+        if not isinstance(opts, dict):
+            raise SpecError(f"censors.{name}: expected a table")
+        prof = opts.get("profile", name)
+        if known_profiles is not None and prof not in known_profiles:
+            raise SpecError(f"censors.{name}: unknown censor profile {prof!r} "
+                            f"(known: {', '.join(known_profiles)})")
+    spec.censors = censors
+
+    wl = _check(data.get("workloads", {}), "workloads", {
+        "bulk": dict, "latency": dict, "benign": dict, "bootstrap_timeout_s": NUM})
+    w = Workloads()
+    bulk = _check(wl.get("bulk", {}), "workloads.bulk", {
+        "size": int, "timeout_s": NUM, "idle_timeout_s": NUM})
+    w.bulk_size = bulk.get("size", w.bulk_size)
+    if not 1 <= w.bulk_size <= 4 << 30:
+        raise SpecError("workloads.bulk.size: must be between 1 byte and 4 GiB")
+    w.bulk_timeout_s = float(bulk.get("timeout_s", w.bulk_timeout_s))
+    w.idle_timeout_s = float(bulk.get("idle_timeout_s", w.idle_timeout_s))
+    lat = _check(wl.get("latency", {}), "workloads.latency", {"count": int})
+    w.latency_count = lat.get("count", w.latency_count)
+    ben = _check(wl.get("benign", {}), "workloads.benign", {"enabled": bool, "timeout_s": NUM})
+    w.benign = ben.get("enabled", w.benign)
+    w.benign_timeout_s = float(ben.get("timeout_s", w.benign_timeout_s))
+    w.bootstrap_timeout_s = float(wl.get("bootstrap_timeout_s", w.bootstrap_timeout_s))
+    spec.workloads = w
+
+    for i, e in enumerate(data.get("expect", [])):
+        _check(e, f"expect[{i}]", {"transport": str, "censor": str, "status": str})
+        for k in ("transport", "censor", "status"):
+            if k not in e:
+                raise SpecError(f"expect[{i}].{k}: missing")
+        if e["transport"] not in spec.transports:
+            raise SpecError(f"expect[{i}].transport: {e['transport']!r} is not in [transports]")
+        if e["censor"] not in spec.censors:
+            raise SpecError(f"expect[{i}].censor: {e['censor']!r} is not in [censors]")
+        if e["status"] not in STATUSES:
+            raise SpecError(f"expect[{i}].status: must be one of {', '.join(STATUSES)}")
+        spec.expect.append(Expectation(e["transport"], e["censor"], e["status"]))
+    return spec
+
+
+def load_spec(path: Path, known_transports: list[str] | None = None,
+              known_profiles: list[str] | None = None) -> Spec:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
+    return parse_spec(data, Path(path), known_transports, known_profiles)

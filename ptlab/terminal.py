@@ -1,0 +1,98 @@
+"""Terminal output for runs: the results table and the runner's per-cell progress bar.
+
+Rich is used so the matrix reads at a glance (status in colour) without the
+HTML report; the table states the RTT too, as every report must.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from ptlab.results import Results, Row
+
+STATUS_STYLES = {"reachable": "bold green", "blocked": "bold red", "ERROR": "bold white on grey39"}
+
+
+def _goodput(row: Row) -> str:
+    if row.goodput_mbps is None:
+        return "—"
+    if row.goodput_ci95 is None:
+        return f"{row.goodput_mbps:.2f}"
+    lo, hi = row.goodput_ci95
+    return f"{row.goodput_mbps:.2f} ± {(hi - lo) / 2:.2f}"
+
+
+def _latency(row: Row) -> str:
+    return "—" if row.latency_ms is None else f"{row.latency_ms:.1f}"
+
+
+def _collateral(row: Row) -> str:
+    return "—" if row.collateral is None else f"{row.collateral * 100:.1f}"
+
+
+def _expectation(row: Row) -> Text:
+    if row.expectation_met is None:
+        return Text("—", style="dim")
+    if row.expectation_met:
+        return Text("✓", style="green")
+    return Text(f"✗ want {row.expectation}", style="bold red")
+
+
+def results_table(results: Results) -> Table:
+    """One line per cell: status coloured, goodput ± 95 % CI half-width, collateral."""
+    rtts = results.rtts_ms()
+    caption = "RTT " + ", ".join(f"{x:g} ms" for x in rtts) if rtts else "RTT not recorded"
+    table = Table(title="ptlab results", caption=caption)
+    table.add_column("transport")
+    table.add_column("censor")
+    table.add_column("status")
+    table.add_column("goodput Mbit/s ± CI", justify="right")
+    table.add_column("latency ms", justify="right")
+    table.add_column("collateral %", justify="right")
+    table.add_column("detector")
+    table.add_column("expect")
+    for r in results.rows:
+        # Text(...) rather than markup: names come from specs and must print verbatim.
+        table.add_row(
+            Text(r.transport),
+            Text(r.censor),
+            Text(r.status, style=STATUS_STYLES.get(r.status, "")),
+            _goodput(r),
+            _latency(r),
+            _collateral(r),
+            Text(r.detector or "—"),
+            _expectation(r),
+        )
+    return table
+
+
+def print_results(results: Results, console: Console | None = None) -> None:
+    """Print the results table, plus the error line of each ERROR cell."""
+    console = console if console is not None else Console()
+    console.print(results_table(results))
+    for r in results.rows:
+        if r.status == "ERROR" and r.error:
+            console.print(Text(f"ERROR {r.transport} × {r.censor}: {r.error}", style="grey50"))
+
+
+def progress(console: Console | None = None) -> Progress:
+    """The runner's per-cell progress bar: spinner, description, bar, M/N, elapsed."""
+    return Progress(
+        SpinnerColumn(),
+        # markup=False: descriptions are cell names, which may contain "[".
+        TextColumn("{task.description}", style="progress.description", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )

@@ -1,0 +1,44 @@
+"""Opening a stream through a transport from the client namespace.
+
+The socket is created inside the client namespace (netns.nsenter), so the
+workload runs in the runner's process but its packets take the client's real
+datapath: SOCKS5 front → transport → censor → bridge → web node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from netns.nsenter import ns_socket
+from transports.pt import socks5
+
+from ..plugins.base import Endpoint
+
+
+async def ns_open_connection(ns: str, host: str, port: int,
+                             timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = ns_socket(ns, family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout)
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock, limit=1 << 20)
+
+
+async def open_tunnel(ns: str, ep: Endpoint,
+                      timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the transport's SOCKS5 front and CONNECT to its bridge."""
+    reader, writer = await ns_open_connection(ns, ep.socks_host, ep.socks_port, timeout)
+    try:
+        await asyncio.wait_for(
+            socks5.client_connect(reader, writer, ep.target_host, ep.target_port, ep.args),
+            timeout)
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer

@@ -1,0 +1,137 @@
+"""The HTML report renders every cell, its plots, the RTT and the provenance."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from ptlab.report import main, render_report
+from ptlab.results import Results, Row, write_results
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def make_results(latency: bool = True) -> Results:
+    samples = [20.0, 22.0, 25.0] if latency else []
+    rows = [
+        Row(
+            transport="obfs4",
+            censor="none",
+            status="reachable",
+            repetitions=3,
+            goodput_mbps=42.0,
+            goodput_ci95=(40.0, 44.0),
+            goodput_samples=[41.0, 42.0, 43.0],
+            latency_ms=22.0 if latency else None,
+            latency_samples=samples,
+            collateral=0.0,
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=True,
+        ),
+        Row(
+            transport="obfs4",
+            censor="gfw-2015",
+            status="blocked",
+            detector="fet",
+            action="rst",
+            collateral=0.25,
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=False,
+        ),
+        Row(
+            transport="meek<script>",
+            censor="none",
+            status="ERROR",
+            error="baseline failed: <bridge> not ready",
+            rtt_ms=20.0,
+        ),
+    ]
+    return Results(
+        started="2024-01-01T00:00:00+00:00",
+        finished="2024-01-01T00:05:00+00:00",
+        spec_path="experiments/default.toml",
+        spec={},
+        provenance={
+            "git_sha": SHA,
+            "git_dirty": False,
+            "kernel": "6.1.0-test",
+            "peers": {"obfs4proxy": "obfs4proxy-0.0.14", "tor": "not installed"},
+            "seeds": {"run": 7},
+            "profiles": {"censor_sim/profiles/gfw.toml": "ab" * 32},
+        },
+        rows=rows,
+    )
+
+
+def _pngs(html: str) -> list[bytes]:
+    found = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    return [base64.b64decode(b) for b in found]
+
+
+def test_report_contents(tmp_path: Path) -> None:
+    write_results(make_results(), tmp_path)
+    out = render_report(tmp_path)
+    assert out == tmp_path / "report.html"
+    html = out.read_text()
+    for name in ("obfs4", "gfw-2015", "reachable", "blocked", "ERROR"):
+        assert name in html
+    assert "RTT" in html and "20 ms" in html
+    assert SHA in html and "6.1.0-test" in html and "obfs4proxy-0.0.14" in html
+    assert "ab" * 32 in html and "run" in html
+    assert "25.0 %" in html  # collateral
+    assert "42.00 [40.00, 44.00]" in html  # goodput with CI
+    assert "fet → rst" in html
+    assert 'class="status status-blocked"' in html
+    pngs = _pngs(html)
+    assert len(pngs) == 3  # goodput, heat-map, latency
+    assert all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
+
+
+def test_report_escapes_text(tmp_path: Path) -> None:
+    write_results(make_results(), tmp_path)
+    html = render_report(tmp_path).read_text()
+    assert "<script>" not in html
+    assert "meek&lt;script&gt;" in html
+    assert "&lt;bridge&gt; not ready" in html
+
+
+def test_no_latency_plot_without_samples(tmp_path: Path) -> None:
+    write_results(make_results(latency=False), tmp_path)
+    html = render_report(tmp_path).read_text()
+    assert len(_pngs(html)) == 2
+    assert "Latency per cell" not in html
+
+
+def test_report_says_when_rtt_missing(tmp_path: Path) -> None:
+    res = make_results()
+    for r in res.rows:
+        r.rtt_ms = None
+    write_results(res, tmp_path)
+    assert "RTT: not recorded" in render_report(tmp_path).read_text()
+
+
+def test_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_results(make_results(), tmp_path)
+    assert main([str(tmp_path)]) == 0
+    assert (tmp_path / "report.html").exists()
+    assert str(tmp_path / "report.html") in capsys.readouterr().out
+
+
+def test_main_missing_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ptlab.report: error:") and err.count("\n") == 1
+
+
+def test_dollar_names_do_not_break_plots(tmp_path: Path) -> None:
+    res = make_results()
+    res.rows[0].transport = r"a$\frac{$b"  # invalid mathtext if not escaped
+    res.rows[0].censor = "$x"
+    write_results(res, tmp_path)
+    html = render_report(tmp_path).read_text()
+    assert r"a$\frac{$b" in html and len(_pngs(html)) == 3

@@ -1,0 +1,280 @@
+"""Result schema, CI maths, writers and provenance."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ptlab import results as R
+from ptlab.results import (
+    SCHEMA_VERSION,
+    Results,
+    Row,
+    csv_columns,
+    load_results,
+    mean_ci95,
+    provenance,
+    write_results,
+)
+
+
+def sample_results() -> Results:
+    rows = [
+        Row(
+            transport="obfs4",
+            censor="none",
+            status="reachable",
+            repetitions=3,
+            bootstrap_s=0.8,
+            goodput_mbps=42.0,
+            goodput_ci95=(40.0, 44.0),
+            goodput_samples=[41.0, 42.0, 43.0],
+            latency_ms=21.5,
+            latency_ci95=(20.0, 23.0),
+            latency_samples=[20.0, 21.5, 23.0],
+            probes_sent=2,
+            probe_verdicts={"benign": 2},
+            benign_total=10,
+            benign_blocked=0,
+            collateral=0.0,
+            benign_detail={"https": {"ok": 10, "blocked": 0}},
+            censor_cpu_per_flow_ms=0.12,
+            censor_counters={"flows": 12},
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=True,
+            notes=['a, note with "quotes"'],
+        ),
+        Row(
+            transport="obfs4",
+            censor="gfw",
+            status="blocked",
+            repetitions=3,
+            bytes_before_block=1234,
+            detector="fet",
+            time_to_detection_s=0.05,
+            action="rst",
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=False,
+        ),
+        Row(transport="meek", censor="none", status="ERROR", error="bridge not ready"),
+    ]
+    return Results(
+        started="2024-01-01T00:00:00+00:00",
+        finished="2024-01-01T00:05:00+00:00",
+        spec_path="experiments/default.toml",
+        spec={"seed": 7, "transports": ["obfs4", "meek"]},
+        provenance={"git_sha": "abc123", "seeds": {"run": 7}},
+        rows=rows,
+    )
+
+
+# --- mean_ci95 -------------------------------------------------------------------------------
+
+
+def test_ci_known_values() -> None:
+    mean, (lo, hi) = mean_ci95([1, 2, 3, 4, 5])
+    half = 2.776 * math.sqrt(2.5) / math.sqrt(5)
+    assert mean == 3.0
+    assert lo == pytest.approx(3 - half)
+    assert hi == pytest.approx(3 + half)
+
+
+def test_ci_two_samples_uses_df1() -> None:
+    mean, (lo, hi) = mean_ci95([0.0, 2.0])
+    # sd = sqrt(2), se = 1, t(1) = 12.706
+    assert mean == 1.0
+    assert (hi - lo) / 2 == pytest.approx(12.706)
+
+
+def test_ci_large_n_uses_normal() -> None:
+    xs = [0.0, 1.0] * 20  # n = 40, df = 39 > 30
+    mean, (lo, hi) = mean_ci95(xs)
+    sd = math.sqrt(sum((x - 0.5) ** 2 for x in xs) / 39)
+    assert (hi - lo) / 2 == pytest.approx(1.96 * sd / math.sqrt(40))
+    assert R.t95(30) == 2.042 and R.t95(31) == 1.96
+
+
+def test_ci_single_sample_is_degenerate() -> None:
+    assert mean_ci95([7.5]) == (7.5, (7.5, 7.5))
+
+
+def test_ci_rejects_empty_and_nan() -> None:
+    with pytest.raises(ValueError):
+        mean_ci95([])
+    with pytest.raises(ValueError):
+        mean_ci95([1.0, float("nan")])
+
+
+@given(st.lists(st.floats(min_value=-1e9, max_value=1e9), min_size=1, max_size=60))
+def test_ci_properties(xs: list[float]) -> None:
+    mean, (lo, hi) = mean_ci95(xs)
+    assert hi - lo >= 0
+    assert lo <= mean <= hi
+    assert min(xs) - 1e-6 * (1 + abs(min(xs))) <= mean <= max(xs) + 1e-6 * (1 + abs(max(xs)))
+
+
+@given(st.floats(min_value=-1e6, max_value=1e6), st.integers(min_value=2, max_value=40))
+def test_ci_constant_samples_have_zero_width(x: float, n: int) -> None:
+    mean, (lo, hi) = mean_ci95([x] * n)
+    assert mean == pytest.approx(x)
+    assert hi - lo == pytest.approx(0.0, abs=1e-9 * (1 + abs(x)))
+
+
+# --- Row -------------------------------------------------------------------------------------
+
+
+def test_row_rejects_unknown_status_and_expectation() -> None:
+    with pytest.raises(ValueError, match="status"):
+        Row(transport="t", censor="c", status="up")
+    with pytest.raises(ValueError, match="expectation"):
+        Row(transport="t", censor="c", status="blocked", expectation="maybe")
+
+
+def test_row_from_dict_rejects_unknown_fields() -> None:
+    d = Row(transport="t", censor="c", status="blocked").to_dict()
+    d["bogus"] = 1
+    with pytest.raises(ValueError, match="bogus"):
+        Row.from_dict(d)
+
+
+# --- write / load ----------------------------------------------------------------------------
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    res = sample_results()
+    write_results(res, tmp_path)
+    back = load_results(tmp_path)
+    assert back == res
+    assert isinstance(back.rows[0].goodput_ci95, tuple)
+    assert back.rows[2].error == "bridge not ready"
+
+
+def test_json_layout(tmp_path: Path) -> None:
+    write_results(sample_results(), tmp_path)
+    text = (tmp_path / "results.json").read_text()
+    assert text.startswith('{\n  "schema_version": 1,')
+    data = json.loads(text)
+    assert data["rows"][0]["goodput_ci95"] == [40.0, 44.0]
+    assert data["provenance"]["git_sha"] == "abc123"
+
+
+def test_csv_header_and_rows(tmp_path: Path) -> None:
+    res = sample_results()
+    write_results(res, tmp_path)
+    with open(tmp_path / "results.csv", newline="") as fh:
+        records = list(csv.reader(fh))
+    header, body = records[0], records[1:]
+    assert header == csv_columns()
+    assert "goodput_ci95_lo" in header and "latency_ci95_hi" in header
+    assert "goodput_ci95" not in header
+    assert len(body) == len(res.rows)
+    first = dict(zip(header, body[0], strict=True))
+    assert first["transport"] == "obfs4" and first["status"] == "reachable"
+    assert float(first["goodput_ci95_lo"]) == 40.0 and float(first["goodput_ci95_hi"]) == 44.0
+    assert json.loads(first["goodput_samples"]) == [41.0, 42.0, 43.0]
+    assert json.loads(first["benign_detail"]) == {"https": {"blocked": 0, "ok": 10}}
+    assert json.loads(first["notes"]) == ['a, note with "quotes"']
+    assert first["expectation_met"] == "true"
+    third = dict(zip(header, body[2], strict=True))
+    assert third["goodput_mbps"] == "" and third["goodput_ci95_lo"] == ""
+
+
+def test_write_refuses_nan(tmp_path: Path) -> None:
+    res = sample_results()
+    res.rows[0].goodput_mbps = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        write_results(res, tmp_path)
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("version", [None, 0, 2, "1"])
+def test_bad_schema_version_raises(tmp_path: Path, version: object) -> None:
+    write_results(sample_results(), tmp_path)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    if version is None:
+        del data["schema_version"]
+    else:
+        data["schema_version"] = version
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="schema_version") as exc:
+        load_results(tmp_path)
+    assert "\n" not in str(exc.value)
+
+
+def test_invalid_json_raises_value_error(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_results(tmp_path)
+
+
+def test_schema_version_constant() -> None:
+    assert SCHEMA_VERSION == 1
+    assert Results(started="a", finished="b", spec_path="s").schema_version == 1
+
+
+# --- provenance ------------------------------------------------------------------------------
+
+
+def test_provenance(tmp_path: Path) -> None:
+    profile = tmp_path / "gfw.toml"
+    profile.write_bytes(b'source = "x"\n')
+    prov = provenance({"run": 7}, [profile], ["definitely-not-a-binary-ptlab"])
+    assert prov["seeds"] == {"run": 7}
+    assert prov["profiles"] == {str(profile): hashlib.sha256(b'source = "x"\n').hexdigest()}
+    assert prov["peers"] == {"definitely-not-a-binary-ptlab": "not installed"}
+    assert set(prov["python_deps"]) == {"aiortc", "scapy", "cryptography", "aiohttp"}
+    assert prov["kernel"] and prov["python"] and prov["hostname"]
+    sha = prov["git_sha"]
+    assert sha == "unknown" or (len(sha) == 40 and int(sha, 16) >= 0)
+    assert prov["git_dirty"] in (True, False, None)
+    json.dumps(prov)  # must be JSON-serialisable as is
+
+
+def test_git_state_outside_checkout(tmp_path: Path) -> None:
+    assert R.git_state(tmp_path) == ("unknown", None)
+
+
+def _fake_bin(directory: Path, name: str, script: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def test_binary_version_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GNU style answers --version; Go style rejects it and answers -version.
+    _fake_bin(tmp_path, "gnu", 'echo; echo "gnu 1.2"; echo more\n')
+    _fake_bin(tmp_path, "go", '[ "$1" = "-version" ] && { echo "go-0.9"; exit 0; }; exit 2\n')
+    _fake_bin(tmp_path, "mute", "exit 1\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert R.binary_version("gnu") == "gnu 1.2"
+    assert R.binary_version("go") == "go-0.9"
+    assert R.binary_version("mute") == "unknown"
+    assert R.binary_version("absent") == "not installed"
+
+
+def test_binary_version_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_bin(tmp_path, "hang", "exec sleep 30\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert R.binary_version("hang", timeout=0.2) == "unknown"
+
+
+def test_binary_version_timeout_kills_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A grandchild keeps stdout open; the timeout must still return promptly.
+    _fake_bin(tmp_path, "forky", "sleep 30 &\nsleep 30\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    t0 = time.monotonic()
+    assert R.binary_version("forky", timeout=0.2) == "unknown"
+    assert time.monotonic() - t0 < 5

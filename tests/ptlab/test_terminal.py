@@ -1,0 +1,93 @@
+"""The terminal table shows every cell's status, numbers and expectation."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
+
+from ptlab.results import Results, Row
+from ptlab.terminal import print_results, progress, results_table
+
+
+def make_results() -> Results:
+    rows = [
+        Row(
+            transport="obfs4",
+            censor="none",
+            status="reachable",
+            goodput_mbps=42.0,
+            goodput_ci95=(40.0, 44.0),
+            latency_ms=21.5,
+            collateral=0.0,
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=True,
+        ),
+        Row(
+            transport="obfs4",
+            censor="gfw[bold]",
+            status="blocked",
+            detector="fet",
+            collateral=0.125,
+            rtt_ms=20.0,
+            expectation="reachable",
+            expectation_met=False,
+        ),
+        Row(transport="meek", censor="none", status="ERROR", error="bridge not ready"),
+    ]
+    return Results(started="a", finished="b", spec_path="x.toml", rows=rows)
+
+
+def _render(results: Results) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    print_results(results, console=console)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_table_text() -> None:
+    text = _render(make_results())
+    for word in ("reachable", "blocked", "ERROR", "obfs4", "meek", "fet"):
+        assert word in text
+    assert "42.00 ± 2.00" in text
+    assert "21.5" in text and "12.5" in text
+    assert "✓" in text and "✗ want reachable" in text
+    assert "gfw[bold]" in text  # names are not parsed as markup
+    assert "RTT 20 ms" in text
+    assert "ERROR meek × none: bridge not ready" in text
+
+
+def test_table_colours_status() -> None:
+    console = Console(file=io.StringIO(), width=200, force_terminal=True, color_system="standard")
+    console.print(results_table(make_results()))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[1;32mreachable" in out  # bold green
+    assert "\x1b[1;31mblocked" in out  # bold red
+
+
+def test_record_console_export() -> None:
+    console = Console(record=True, width=200, file=io.StringIO())
+    print_results(make_results(), console=console)
+    text = console.export_text()
+    assert "reachable" in text and "blocked" in text and "ERROR" in text
+
+
+def test_table_row_count() -> None:
+    table = results_table(make_results())
+    assert table.row_count == 3
+    assert len(table.columns) == 8
+
+
+def test_progress_columns() -> None:
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    prog = progress(console=console)
+    assert isinstance(prog, Progress)
+    assert any(isinstance(c, MofNCompleteColumn) for c in prog.columns)
+    with prog:
+        task = prog.add_task("obfs4 × [gfw]", total=4)
+        prog.advance(task, 3)
+        assert prog.tasks[0].completed == 3
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "obfs4 × [gfw]" in out  # descriptions print verbatim, not as markup
+    assert "3/4" in out
