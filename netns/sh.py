@@ -26,7 +26,7 @@ TOOL_PACKAGES = {
 def require_root() -> None:
     """Fail in one line unless we are root: namespaces and nftables need it."""
     if os.geteuid() != 0:
-        raise NotRootError("ptlab needs root (network namespaces, veth and nftables): run as root")
+        raise NotRootError("needs root (network namespaces, veth and nftables): run as root")
 
 
 def require_tools(*tools: str) -> None:
@@ -42,6 +42,8 @@ def require_tools(*tools: str) -> None:
 def which(tool: str) -> str | None:
     """Find a tool on PATH, also looking in the sbin directories root uses."""
     path = os.environ.get("PATH", "")
+    if os.environ.get("PTLAB_NO_SBIN"):  # tests: look only where PATH says
+        return shutil.which(tool, path=path)
     extra = "/usr/local/sbin:/usr/sbin:/sbin"
     return shutil.which(tool, path=f"{path}:{extra}" if path else extra)
 

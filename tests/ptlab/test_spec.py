@@ -1,0 +1,72 @@
+"""Specs are checked key by key; a bad key is named by its path."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ptlab.spec import SpecError, load_spec, parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = """
+[experiment]
+name = "t"
+repetitions = 2
+[transports.direct]
+[censors.none]
+[censors.block-web]
+profile = "ip-blocklist"
+detectors.ip_blocklist.addresses = ["role:web"]
+[workloads.bulk]
+size = 1000
+[[expect]]
+transport = "direct"
+censor = "none"
+status = "reachable"
+"""
+
+
+def parse(text, **kw):
+    return parse_spec(tomllib.loads(text), Path("x.toml"), ["direct"], ["none", "ip-blocklist"])
+
+
+def test_good_spec():
+    s = parse(GOOD)
+    assert s.cells() == [("direct", "none"), ("direct", "block-web")]
+    assert s.censor_profile("block-web") == (
+        "ip-blocklist", {"detectors": {"ip_blocklist": {"addresses": ["role:web"]}}})
+    assert s.workloads.bulk_size == 1000 and s.repetitions == 2
+    assert s.expect[0].status == "reachable"
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (("size = 1000", "szie = 1000"), "x.toml: workloads.bulk.szie: unknown key"),
+    (("repetitions = 2", 'repetitions = "2"'), "experiment.repetitions: expected int, got str"),
+    (("repetitions = 2", "repetitions = 0"), "experiment.repetitions: must be between"),
+    (("[transports.direct]", "[transports.obfs9]"), "transports.obfs9: unknown transport"),
+    (('profile = "ip-blocklist"', 'profile = "gfw"'), "censors.block-web: unknown censor profile"),
+    (('status = "reachable"', 'status = "fine"'), r"expect\[0\].status: must be one of"),
+    (('censor = "none"\nstatus', 'censor = "nope"\nstatus'), r"expect\[0\].censor: 'nope'"),
+    (("[experiment]", "[experimen]"), "experimen: unknown key"),
+])
+def test_bad_keys_are_named_by_path(edit, msg):
+    with pytest.raises(SpecError, match=msg):
+        parse(GOOD.replace(*edit))
+
+
+def test_unparsable_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[experiment\n")
+    with pytest.raises(SpecError, match="bad.toml: not valid TOML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="no such spec file"):
+        load_spec(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("name", ["default.toml", "full.toml"])
+def test_shipped_specs_are_valid(name):
+    from censor_sim.profile import available
+    from ptlab import plugins
+
+    spec = load_spec(REPO / "experiments" / name, plugins.available(), available())
+    assert spec.cells()
