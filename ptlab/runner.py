@@ -201,7 +201,6 @@ class LabRunner:
                 self._start(run, svc, cell_dir)
             endpoint = plugin.endpoint(ctx)
             asyncio.run(self._workloads(row, endpoint, baseline_only))
-            row.notes.append(f"client started at {t_client:.3f}")
             self._finish_censor(row, run, t_client)
         except (LabError, profiles.ProfileError, OSError) as exc:
             row.status, row.error = "ERROR", str(exc)

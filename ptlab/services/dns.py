@@ -219,7 +219,7 @@ class DnsServer:
         self.bound: list[tuple[str, int]] = []
         self._udp: list[asyncio.DatagramTransport] = []
         self._tcp: list[asyncio.Server] = []
-        self._conns: set[asyncio.StreamWriter] = set()
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     def note(self, reply: Reply, transport: str, peer: Any) -> None:
         if self.events is not None:
@@ -241,7 +241,9 @@ class DnsServer:
         return self.bound
 
     async def _tcp_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._conns.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._conns[task] = writer
         peer = writer.get_extra_info("peername")
         try:
             while True:
@@ -256,8 +258,12 @@ class DnsServer:
                 self.note(reply, "tcp", peer)
         except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            # Shutdown. Swallowed: 3.11's start_server callback logs a cancelled handler.
+            pass
         finally:
-            self._conns.discard(writer)
+            if task is not None:
+                self._conns.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -267,8 +273,11 @@ class DnsServer:
             tr.close()
         for srv in self._tcp:
             srv.close()
-        for w in list(self._conns):
-            w.close()
+        # Handlers wait on idle reads; end them now rather than when the loop dies.
+        tasks = list(self._conns)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for srv in self._tcp:
             with contextlib.suppress(Exception):
                 await srv.wait_closed()

@@ -32,7 +32,6 @@ from ptlab.services.payload import payload_chunks
 
 COMPONENT = "web"
 MAX_BULK = 4 << 30
-BYTES_KEY = "ptlab_bytes"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -120,10 +119,17 @@ def server_tls_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
+class CountingResponse(web.StreamResponse):
+    """A streamed response that remembers how much body it sent, for the events."""
+
+    sent: int = 0
+    aborted: bool = False
+
+
 def body_length(request: web.Request, resp: web.StreamResponse | None) -> int:
-    """Body bytes a handler sent: streamed handlers record it, plain responses have it."""
-    if BYTES_KEY in request:
-        return int(request[BYTES_KEY])
+    """Body bytes a handler sent: streamed handlers count them, plain responses know them."""
+    if isinstance(resp, CountingResponse):
+        return resp.sent
     body = getattr(resp, "body", None)
     if request.method == "HEAD" or not isinstance(body, bytes | bytearray):
         return 0
@@ -152,22 +158,19 @@ async def handle_bulk(request: web.Request) -> web.StreamResponse:
     """Stream ``size`` deterministic bytes for ``seed``, with a Content-Length."""
     size = _int_param(request, "size", None, 0, MAX_BULK)
     seed = _int_param(request, "seed", 0)
-    resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
-                                       "Cache-Control": "no-store"})
+    resp = CountingResponse(headers={"Content-Type": "application/octet-stream",
+                                     "Cache-Control": "no-store"})
     resp.content_length = size
     await resp.prepare(request)
-    sent = 0
-    request[BYTES_KEY] = 0
     if request.method == "HEAD":
         return resp
     try:
         for piece in payload_chunks(size, seed):
             await resp.write(piece)
-            sent += len(piece)
-            request[BYTES_KEY] = sent
+            resp.sent += len(piece)
         await resp.write_eof()
     except ConnectionError:
-        request["aborted"] = True
+        resp.aborted = True
     return resp
 
 
@@ -209,6 +212,7 @@ def create_app(name: str, events: EventLog) -> web.Application:
     async def log_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.monotonic()
         status = 500
+        aborted = False
         resp: web.StreamResponse | None = None
         try:
             resp = await handler(request)
@@ -218,7 +222,7 @@ def create_app(name: str, events: EventLog) -> web.Application:
             status, resp = exc.status, exc
             raise
         except asyncio.CancelledError:
-            request["aborted"] = True
+            aborted = True
             raise
         except Exception as exc:  # never let one request take the server down
             events.emit("error", site=name, path=request.path, error=repr(exc))
@@ -229,7 +233,7 @@ def create_app(name: str, events: EventLog) -> web.Application:
                 "site": name, "method": request.method, "path": request.path,
                 "status": status, "bytes": body_length(request, resp),
                 "peer": request.remote, "duration": round(time.monotonic() - start, 6)}
-            if request.get("aborted"):
+            if aborted or getattr(resp, "aborted", False):
                 fields["aborted"] = True
             events.emit("request", **fields)
 

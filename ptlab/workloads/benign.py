@@ -1,0 +1,302 @@
+"""The benign background mix: ordinary flows from the client, to measure collateral damage.
+
+A censor is judged not only by what it blocks but by what it breaks on the
+way (ARCHITECTURE.md §3, result row). This workload runs a handful of real,
+innocent flows from the client namespace - HTTPS (TLS 1.3, certificate checked
+against the lab CA), plain HTTP, DNS over UDP and TCP, SSH, a binary TCP
+protocol and a UDP echo - all at once, and records which got through. A flow
+that times out, is reset or returns the wrong bytes counts as blocked.
+
+Every flow except SSH uses sockets made inside the client namespace
+(netns.nsenter.ns_socket), so the test process itself needs no subprocess;
+SSH runs the real OpenSSH client under ``ip netns exec``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+import signal
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import dns.message
+import dns.rcode
+import dns.rdatatype
+
+from netns.nsenter import ns_socket
+from ptlab.services.benign import binary_frame
+from ptlab.services.netutil import family_of, format_hostport
+from ptlab.services.sshd import SshdFiles, ssh_client_argv
+
+MAX_HTTP_RESPONSE = 1 << 20
+SSH_COMMAND = "echo ptlab-benign-ok"
+SSH_EXPECT = b"ptlab-benign-ok"
+
+
+@dataclass
+class BenignTargets:
+    """Where the benign flows go. Empty or None fields are skipped."""
+
+    # (ip, port, sni/host name, ca_path)
+    https: list[tuple[str, int, str, str]] = field(default_factory=list)
+    # (ip, port, host)
+    http: list[tuple[str, int, str]] = field(default_factory=list)
+    dns: tuple[str, int] | None = None
+    dns_name: str = "web.lab"
+    dns_type: str = "A"
+    ssh: tuple[str, int] | None = None
+    binary: tuple[str, int] | None = None
+    udp: tuple[str, int] | None = None  # the UDP echo
+
+
+@dataclass
+class BenignResult:
+    """One benign flow's outcome."""
+
+    kind: str
+    target: str
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+class FlowError(Exception):
+    """A flow that got an answer, but the wrong one."""
+
+
+def collateral_share(results: list[BenignResult]) -> float:
+    """The share of benign flows that did not get through (0.0 when there were none)."""
+    if not results:
+        return 0.0
+    return sum(1 for r in results if not r.ok) / len(results)
+
+
+# --- sockets in the client namespace ---------------------------------------------
+
+
+async def _connect(ns: str, ip: str, port: int, type: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket in namespace `ns`, connected (TCP) or associated (UDP) to ip:port."""
+    loop = asyncio.get_running_loop()
+    sock = await asyncio.to_thread(ns_socket, ns, family_of(ip), type)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, (ip, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _udp_exchange(ns: str, ip: str, port: int, payload: bytes, timeout: float,
+                        accept: Callable[[bytes], bool]) -> bytes:
+    """Send a datagram, resending every third of `timeout`, until `accept` likes a reply."""
+    loop = asyncio.get_running_loop()
+    sock = await _connect(ns, ip, port, socket.SOCK_DGRAM)
+    try:
+        interval = max(timeout / 3, 0.05)
+        while True:
+            await loop.sock_sendall(sock, payload)
+            try:
+                async with asyncio.timeout(interval):
+                    while True:
+                        data = await loop.sock_recv(sock, 65535)
+                        if accept(data):
+                            return data
+            except TimeoutError:
+                continue  # resend; the caller's overall timeout ends the loop
+    finally:
+        sock.close()
+
+
+# --- flows ---------------------------------------------------------------------
+
+
+async def _http_get(ns: str, ip: str, port: int, host: str,
+                    ctx: ssl.SSLContext | None) -> None:
+    sock = await _connect(ns, ip, port)
+    reader, writer = await asyncio.open_connection(
+        sock=sock, ssl=ctx, server_hostname=host if ctx else None,
+        ssl_handshake_timeout=None if ctx is None else 60.0,
+    )
+    try:
+        if ctx is not None:
+            version = writer.get_extra_info("ssl_object").version()
+            if version != "TLSv1.3":
+                raise FlowError(f"negotiated {version}, not TLSv1.3")
+        writer.write(
+            f"GET / HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ptlab-benign\r\n"
+            f"Accept: */*\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise FlowError(f"not an HTTP response: {lines[0][:60]!r}")
+        status = int(parts[1])
+        length = None
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            if k.strip().lower() == "content-length" and v.strip().isdigit():
+                length = int(v.strip())
+        if length is not None:
+            await reader.readexactly(min(length, MAX_HTTP_RESPONSE))
+        else:
+            # Until close; an unclean TLS close after the body is not a block.
+            with contextlib.suppress(ssl.SSLError, ConnectionError, asyncio.IncompleteReadError):
+                while await reader.read(65536):
+                    pass
+        if not 200 <= status < 400:
+            raise FlowError(f"HTTP {status}")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+def _tls_context(ca_path: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=ca_path)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    return ctx
+
+
+async def _dns_udp(ns: str, ip: str, port: int, name: str, rdtype: str, timeout: float) -> None:
+    query = dns.message.make_query(name, rdtype)
+
+    def matches(data: bytes) -> bool:
+        return len(data) >= 2 and data[:2] == query.to_wire()[:2]
+
+    data = await _udp_exchange(ns, ip, port, query.to_wire(), timeout, matches)
+    _check_dns(query, dns.message.from_wire(data))
+
+
+async def _dns_tcp(ns: str, ip: str, port: int, name: str, rdtype: str) -> None:
+    query = dns.message.make_query(name, rdtype)
+    wire = query.to_wire()
+    sock = await _connect(ns, ip, port)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        writer.write(struct.pack("!H", len(wire)) + wire)
+        await writer.drain()
+        (length,) = struct.unpack("!H", await reader.readexactly(2))
+        _check_dns(query, dns.message.from_wire(await reader.readexactly(length)))
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+def _check_dns(query: dns.message.Message, resp: dns.message.Message) -> None:
+    if not query.is_response(resp):
+        raise FlowError("DNS answer does not match the query")
+    if resp.rcode() != dns.rcode.NOERROR:
+        raise FlowError(f"DNS {dns.rcode.to_text(resp.rcode())}")
+    want = query.question[0].rdtype
+    if not any(rr.rdtype == want for rr in resp.answer):
+        raise FlowError(f"DNS answer has no {dns.rdatatype.to_text(want)} record")
+
+
+async def _binary(ns: str, ip: str, port: int) -> None:
+    payload = secrets.token_bytes(1024)
+    sock = await _connect(ns, ip, port)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        writer.write(binary_frame(payload))
+        await writer.drain()
+        if await reader.readexactly(32) != hashlib.sha256(payload).digest():
+            raise FlowError("wrong digest from the binary server")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def _udp_echo(ns: str, ip: str, port: int, timeout: float) -> None:
+    payload = secrets.token_bytes(200)
+    await _udp_exchange(ns, ip, port, payload, timeout, lambda d: d == payload)
+
+
+async def _ssh(ns: str, ip: str, port: int, files: SshdFiles | None, timeout: float) -> None:
+    if files is None:
+        raise FlowError("no ssh client key given")
+    argv = ["ip", "netns", "exec", ns,
+            *ssh_client_argv(files, ip, port, SSH_COMMAND, connect_timeout=timeout)]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    if proc.returncode != 0 or SSH_EXPECT not in out:
+        msg = err.decode(errors="replace").strip().splitlines()
+        raise FlowError(f"ssh exit {proc.returncode}: {msg[-1] if msg else 'no output'}")
+
+
+# --- the mix ---------------------------------------------------------------------
+
+
+async def _timed(kind: str, target: str, timeout: float,
+                 make: Callable[[], Awaitable[None]]) -> BenignResult:
+    start = time.monotonic()
+    error: str | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            await make()
+    except TimeoutError:
+        error = f"timeout after {timeout:g}s"
+    except FlowError as exc:
+        error = str(exc)
+    except ssl.SSLCertVerificationError as exc:
+        error = f"certificate: {exc.verify_message or exc}"
+    except Exception as exc:  # reset, refused, garbled: one flow's failure, never the mix's
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return BenignResult(kind, target, error is None, error, round(time.monotonic() - start, 4))
+
+
+async def run_benign_mix(client_ns: str, targets: BenignTargets, timeout: float = 3.0,
+                         ssh: SshdFiles | None = None) -> list[BenignResult]:
+    """Run every configured benign flow from `client_ns` concurrently; one result each."""
+    jobs: list[Awaitable[BenignResult]] = []
+    ns = client_ns
+    for ip, port, host, ca in targets.https:
+        jobs.append(_timed("https", f"{host}@{format_hostport(ip, port)}", timeout,
+                           lambda ip=ip, port=port, host=host, ca=ca:
+                           _http_get(ns, ip, port, host, _tls_context(ca))))
+    for ip, port, host in targets.http:
+        jobs.append(_timed("http", f"{host}@{format_hostport(ip, port)}", timeout,
+                           lambda ip=ip, port=port, host=host: _http_get(ns, ip, port, host, None)))
+    if targets.dns is not None:
+        ip, port = targets.dns
+        name, rdtype = targets.dns_name, targets.dns_type
+        where = f"{name}@{format_hostport(ip, port)}"
+        jobs.append(_timed("dns-udp", where, timeout,
+                           lambda: _dns_udp(ns, ip, port, name, rdtype, timeout)))
+        jobs.append(_timed("dns-tcp", where, timeout,
+                           lambda: _dns_tcp(ns, ip, port, name, rdtype)))
+    if targets.ssh is not None:
+        sip, sport = targets.ssh
+        jobs.append(_timed("ssh", format_hostport(sip, sport), timeout,
+                           lambda: _ssh(ns, sip, sport, ssh, timeout)))
+    if targets.binary is not None:
+        bip, bport = targets.binary
+        jobs.append(_timed("binary", format_hostport(bip, bport), timeout,
+                           lambda: _binary(ns, bip, bport)))
+    if targets.udp is not None:
+        uip, uport = targets.udp
+        jobs.append(_timed("udp-echo", format_hostport(uip, uport), timeout,
+                           lambda: _udp_echo(ns, uip, uport, timeout)))
+    return list(await asyncio.gather(*jobs))
