@@ -17,7 +17,8 @@ class Capture:
         require_tools("tcpdump")
         self.pcap = Path(pcap)
         self.proc = LabProcess(
-            ns, ["tcpdump", "-n", "-i", dev, "-s", str(snaplen), "-U", "-w", str(self.pcap)],
+            ns, ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", str(snaplen), "-U",
+                 "-w", str(self.pcap)],
             name=f"tcpdump-{dev}", log_path=self.pcap.with_suffix(".log"))
 
     def start(self, timeout: float = 5.0) -> Capture:

@@ -112,6 +112,7 @@ class Row:
     expectation: str | None = None  # "reachable" | "blocked", declared by the spec
     expectation_met: bool | None = None
     notes: list[str] = field(default_factory=list)
+    pcaps: list[str] = field(default_factory=list)  # censor-side captures, relative paths
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

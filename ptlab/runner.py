@@ -67,6 +67,7 @@ class LabRunner:
         self.baselines: dict[str, bool] = {}
         self.events_path = self.out / "events.jsonl"
         self.integrity_failures: list[str] = []
+        self._runs: dict[str, int] = {}
 
     # --- lab lifecycle --------------------------------------------------------
 
@@ -183,6 +184,10 @@ class LabRunner:
         assert self.lab and self.services
         profile_name = profile_name or censor
         name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
+        # The same cell may run again (pytest plugin): never overwrite its files.
+        self._runs[name] = self._runs.get(name, 0) + 1
+        if self._runs[name] > 1:
+            name += f"__{self._runs[name]}"
         cell_dir = self.out / "cells" / name
         cell_dir.mkdir(parents=True, exist_ok=True)
         plugin = plugins.get(transport)
@@ -193,6 +198,7 @@ class LabRunner:
         try:
             if self.capture and not baseline_only:
                 self._start_captures(run)
+                row.pcaps = [str(c.pcap.relative_to(self.out)) for c in run.captures]
             run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
             for svc in plugin.servers(ctx):
                 self._start(run, svc, cell_dir)

@@ -30,6 +30,10 @@ async def ns_open_connection(ns: str, host: str, port: int,
     return await asyncio.open_connection(sock=sock, limit=1 << 20)
 
 
+class TunnelError(ConnectionError):
+    """The transport's SOCKS front refused or failed the CONNECT."""
+
+
 async def open_tunnel(ns: str, ep: Endpoint,
                       timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to the transport's SOCKS5 front and CONNECT to its bridge."""
@@ -38,6 +42,9 @@ async def open_tunnel(ns: str, ep: Endpoint,
         await asyncio.wait_for(
             socks5.client_connect(reader, writer, ep.target_host, ep.target_port, ep.args),
             timeout)
+    except socks5.SocksError as exc:
+        writer.close()
+        raise TunnelError(f"SOCKS5: {exc}") from exc
     except BaseException:
         writer.close()
         raise

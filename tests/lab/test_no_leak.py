@@ -89,7 +89,8 @@ def test_traffic_crossed_the_censor(lab):
     row = lab.run_cell("direct", "ip-blocklist")
     assert row.status == "blocked"
     assert row.censor_counters["blocklist_drop"] > 0
-    pcap = lab.runner.out / "pcaps" / "direct__ip-blocklist__censor-client.pcap"
+    assert len(row.pcaps) == 2
+    pcap = lab.runner.out / next(p for p in row.pcaps if p.endswith("censor-client.pcap"))
     client, bridge = lab.lab.addr("client"), lab.lab.addr("bridge")
     syns = [p for p in rdpcap(str(pcap)) if TCP in p and p[IP].src == client
             and p[IP].dst == bridge and p[TCP].dport == BRIDGE_PORT and p[TCP].flags.S]
