@@ -2,15 +2,18 @@
 
 This kernel has no netem (ARCHITECTURE.md §4), so: rate is ``tc tbf`` on
 each end's egress; loss is an nft ``numgen random`` drop in each end's
-namespace; delay uses netem where the kernel has it and otherwise fails with
-a clear message (the userspace delay line is not built yet).
+namespace; delay uses netem where the kernel has it, and otherwise the
+userspace delay line (:mod:`netns.delayline`) in a router namespace.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import LabError
+from .process import LabProcess
 from .sh import run
 
 SHAPE_TABLE = "ptlshape"
@@ -35,12 +38,30 @@ def netem_available(ns: str, dev: str) -> bool:
     return False
 
 
+DELAY_QUEUE = 7
+
+
+def start_delay_line(ns: str, delay_ms: float, log_path: Path) -> LabProcess:
+    """Delay every packet router `ns` forwards by `delay_ms`, in userspace.
+
+    Use it where netem is missing; the process and its iptables rules live
+    in the namespace and go with it.
+    """
+    proc = LabProcess(ns, [sys.executable, "-m", "netns.delayline", "--queue",
+                           str(DELAY_QUEUE), "--delay-ms", str(delay_ms)],
+                      "delayline", log_path).start()
+    proc.wait_log(r'"event": "ready"', 10)
+    for ipt in ("iptables", "ip6tables"):
+        run(["ip", "netns", "exec", ns, ipt, "-t", "mangle", "-A", "FORWARD",
+             "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)])
+    return proc
+
+
 def apply_egress(ns: str, dev: str, shape: Shape) -> None:
-    """Shape what `dev` in namespace `ns` sends."""
+    """Shape what `dev` in namespace `ns` sends (delay only where netem exists)."""
     if shape.delay_ms:
         if not netem_available(ns, dev):
-            raise LabError("link delay needs tc netem, which this kernel lacks "
-                           "(CONFIG_NET_SCH_NETEM); run without delay_ms")
+            raise LabError("tc netem is missing: use start_delay_line for delay")
         args = ["netem", "delay", f"{shape.delay_ms}ms"]
         if shape.rate_mbit:
             args += ["rate", f"{shape.rate_mbit}mbit"]

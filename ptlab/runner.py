@@ -68,6 +68,7 @@ class LabRunner:
         self.events_path = self.out / "events.jsonl"
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
+        self.delay_line: LabProcess | None = None
 
     # --- lab lifecycle --------------------------------------------------------
 
@@ -94,6 +95,10 @@ class LabRunner:
         return self
 
     def stop(self) -> None:
+        if self.delay_line:
+            self.delay_line.stop()
+            self._collect_events("lab", [self.delay_line])
+            self.delay_line = None
         if self.services:
             self.services.stop()
             self._collect_events("lab", self.services.procs)
@@ -115,7 +120,16 @@ class LabRunner:
             return
         assert self.lab
         # The censor-inet link stands for the path between the user's ISP and the world.
-        for a, b in (("censor", "inet"), ("inet", "censor")):
+        ends = (("censor", "inet"), ("inet", "censor"))
+        netem = shape.delay_ms and shaping.netem_available(self.lab.ns("inet"),
+                                                          self.lab.iface("inet", "censor"))
+        if shape.delay_ms and not netem:
+            # No netem: the userspace delay line in the core router, one-way delay
+            # delay_ms in each direction.
+            self.delay_line = shaping.start_delay_line(
+                self.lab.ns("inet"), shape.delay_ms, self.out / "lab" / "delayline.log")
+            shape = shaping.Shape(shape.rate_mbit, shape.loss_pct, 0.0)
+        for a, b in ends:
             shaping.apply_egress(self.lab.ns(a), self.lab.iface(a, b), shape)
 
     def _measure_rtt(self) -> float | None:

@@ -1,0 +1,103 @@
+"""Link shaping on a real lab: rate (tbf), loss (nft numgen) and delay (netem or the
+userspace delay line), each measured from the client namespace."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from netns import shaping
+from netns.lab import Lab
+from netns.nsenter import ns_socket
+from netns.topology import default_topology
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def lab():
+    with Lab(default_topology(0)) as lab:
+        yield lab
+
+
+def shape_core(lab: Lab, shape: shaping.Shape) -> None:
+    for a, b in (("censor", "inet"), ("inet", "censor")):
+        shaping.apply_egress(lab.ns(a), lab.iface(a, b), shape)
+
+
+def download_mbps(lab: Lab, nbytes: int) -> float:
+    """Send `nbytes` from the web node to the client over TCP; return Mbit/s."""
+    srv = ns_socket(lab.ns("web"))
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((lab.addr("web"), 5001))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        chunk = b"\0" * 65536
+        left = nbytes
+        while left > 0:
+            left -= conn.send(chunk[:left])
+        conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    cli = ns_socket(lab.ns("client"))
+    cli.connect((lab.addr("web"), 5001))
+    t0 = time.monotonic()
+    got = 0
+    while data := cli.recv(1 << 16):
+        got += len(data)
+    secs = time.monotonic() - t0
+    cli.close()
+    t.join()
+    srv.close()
+    assert got == nbytes
+    return got * 8 / secs / 1e6
+
+
+def ping(lab: Lab, count: int, interval: float) -> tuple[float, float]:
+    """(loss %, average RTT ms) for pings from the client to the web node."""
+    out = lab.exec("client", ["ping", "-n", "-q", "-c", str(count), "-i", str(interval),
+                              "-W", "1", lab.addr("web")], check=False, timeout=60).stdout
+    loss = float(re.search(r"([\d.]+)% packet loss", out).group(1))
+    m = re.search(r"= [\d.]+/([\d.]+)/", out)
+    return loss, float(m.group(1)) if m else float("nan")
+
+
+def test_rate_limit_holds(lab):
+    unshaped = download_mbps(lab, 20_000_000)
+    shape_core(lab, shaping.Shape(rate_mbit=20))
+    shaped = download_mbps(lab, 5_000_000)
+    assert 12 <= shaped <= 23, shaped
+    assert unshaped > 5 * shaped
+
+
+def test_loss_drops_about_the_share_asked(lab):
+    shape_core(lab, shaping.Shape(loss_pct=30))
+    loss, _ = ping(lab, 300, 0.005)
+    # 30 % each way: a ping survives with p = 0.49; 300 pings give sd ≈ 2.9 %.
+    assert 36 <= loss <= 66, loss
+
+
+def test_delay_line_adds_the_delay_both_ways(lab, tmp_path):
+    _, base = ping(lab, 5, 0.05)
+    line = shaping.start_delay_line(lab.ns("inet"), 20, tmp_path / "dl.log")
+    try:
+        _, delayed = ping(lab, 10, 0.05)
+    finally:
+        line.stop()
+    assert base < 2
+    assert 40 <= delayed <= 48, delayed  # 2 × 20 ms, plus a little
+    assert '"event": "stopped"' in line.log_text()
+
+
+def test_bad_loss_is_refused(lab):
+    from netns.errors import LabError
+
+    with pytest.raises(LabError, match="loss_pct"):
+        shape_core(lab, shaping.Shape(loss_pct=150))
