@@ -58,7 +58,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_tools("ip", "nft", "tc", "tcpdump")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.results) if args.results else REPO / "results" / stamp
-    console = Console(stderr=False)
+    # A log file or CI gets a table wide enough to read, not 80 squeezed columns.
+    console = Console(width=None if sys.stdout.isatty() else 132)
     _term_to_exit()
     outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id)
     console.print(f"report: [bold]{outcome.report}[/]")

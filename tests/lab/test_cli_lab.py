@@ -1,0 +1,68 @@
+"""The CLI end to end: lab up/status/exec/down, run's exit status, and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import time
+
+import pytest
+
+from netns import cleanup
+
+from .conftest import REPO, lab_traces, ptlab, spawn_ptlab
+
+pytestmark = pytest.mark.lab
+
+
+def test_lab_up_status_exec_down():
+    lab_id = "c" + secrets.token_hex(2)[:3]
+    try:
+        up = ptlab("lab", "up", "--id", lab_id, "--proxies", "1")
+        assert up.returncode == 0, up.stderr
+        assert f"ptl{lab_id}-client" in up.stdout
+        st = ptlab("lab", "status")
+        assert f"{lab_id}: detached" in st.stdout
+        ex = ptlab("lab", "exec", "--id", lab_id, "client", "--", "ping", "-c1", "-W1",
+                   "web.lab")
+        assert ex.returncode == 0 and "1 received" in ex.stdout, ex.stdout + ex.stderr
+        bad = ptlab("lab", "exec", "--id", lab_id, "nosuchnode", "--", "true")
+        assert bad.returncode == 2 and "no node 'nosuchnode'" in bad.stderr
+        # A detached lab survives the orphan sweep, and goes by name.
+        assert ptlab("lab", "down").returncode == 0
+        assert cleanup.status(lab_id).namespaces > 0
+        assert ptlab("lab", "down", lab_id).returncode == 0
+        assert lab_traces(lab_id) == []
+    finally:
+        cleanup.down(lab_id)
+
+
+def test_run_exits_1_when_an_expectation_fails(tmp_path):
+    spec = tmp_path / "wrong.toml"
+    spec.write_text((REPO / "experiments/default.toml").read_text().replace(
+        'censor = "ip-blocklist"\nstatus = "blocked"',
+        'censor = "ip-blocklist"\nstatus = "reachable"'))
+    out = tmp_path / "res"
+    proc = ptlab("run", str(spec), "--quick", "--results", str(out), timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    assert ("expectation failed: direct × ip-blocklist: expected reachable, got blocked"
+            in proc.stderr)
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["expectation_met"] for r in rows] == [True, False]
+    assert (out / "report.html").stat().st_size > 10_000
+
+
+def test_sigterm_on_run_takes_its_lab_down(tmp_path):
+    lab_id = "s" + secrets.token_hex(2)[:3]
+    proc = spawn_ptlab("run", "--quick", "--lab-id", lab_id, "--results", str(tmp_path))
+    deadline = time.monotonic() + 30
+    while cleanup.status(lab_id).namespaces == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(30) == 130
+        assert lab_traces(lab_id) == []  # no `lab down` needed
+    finally:
+        cleanup.down(lab_id)
