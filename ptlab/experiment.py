@@ -10,7 +10,7 @@ from censor_sim.profile import profile_path
 
 from . import plugins
 from .report import render_report
-from .results import Results, now_iso, provenance, write_results
+from .results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from .runner import LabRunner
 from .spec import Spec
 from .terminal import print_results, progress
@@ -32,7 +32,8 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
     cells = spec.cells()
     log = console.print if console else print
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
-    peers = sorted({b for t in spec.transports for b in plugins.get(t).peer_binaries()})
+    peers = sorted(set(PEER_BINARIES)
+                   | {b for t in spec.transports for b in plugins.get(t).peer_binaries()})
     runner = LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
     with progress(console) as bar:
         task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
