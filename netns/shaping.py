@@ -41,20 +41,40 @@ def netem_available(ns: str, dev: str) -> bool:
 DELAY_QUEUE = 7
 
 
-def start_delay_line(ns: str, delay_ms: float, log_path: Path) -> LabProcess:
+class DelayLineHandle:
+    """A running delay line: its process and the rules that feed it."""
+
+    def __init__(self, ns: str, proc: LabProcess) -> None:
+        self.ns, self.proc = ns, proc
+
+    def _rules(self, op: str) -> None:
+        for ipt in ("iptables", "ip6tables"):
+            run(["ip", "netns", "exec", self.ns, ipt, "-t", "mangle", op, "FORWARD",
+                 "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)], check=(op == "-A"))
+
+    def stop(self) -> None:
+        """Unhook the queue first (nothing is left queued to a dead reader), then stop."""
+        self._rules("-D")
+        self.proc.stop()
+
+    def log_text(self) -> str:
+        return self.proc.log_text()
+
+
+def start_delay_line(ns: str, delay_ms: float, log_path: Path) -> DelayLineHandle:
     """Delay every packet router `ns` forwards by `delay_ms`, in userspace.
 
-    Use it where netem is missing; the process and its iptables rules live
-    in the namespace and go with it.
+    Use it where netem is missing. Packets are queued without bypass: if the
+    delay line dies, traffic stops and the run fails visibly rather than
+    silently running without its delay.
     """
     proc = LabProcess(ns, [sys.executable, "-m", "netns.delayline", "--queue",
                            str(DELAY_QUEUE), "--delay-ms", str(delay_ms)],
                       "delayline", log_path).start()
     proc.wait_log(r'"event": "ready"', 10)
-    for ipt in ("iptables", "ip6tables"):
-        run(["ip", "netns", "exec", ns, ipt, "-t", "mangle", "-A", "FORWARD",
-             "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)])
-    return proc
+    handle = DelayLineHandle(ns, proc)
+    handle._rules("-A")
+    return handle
 
 
 def apply_egress(ns: str, dev: str, shape: Shape) -> None:

@@ -68,7 +68,7 @@ class LabRunner:
         self.events_path = self.out / "events.jsonl"
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
-        self.delay_line: LabProcess | None = None
+        self.delay_line: shaping.DelayLineHandle | None = None
 
     # --- lab lifecycle --------------------------------------------------------
 
@@ -97,7 +97,7 @@ class LabRunner:
     def stop(self) -> None:
         if self.delay_line:
             self.delay_line.stop()
-            self._collect_events("lab", [self.delay_line])
+            self._collect_events("lab", [self.delay_line.proc])
             self.delay_line = None
         if self.services:
             self.services.stop()

@@ -4,15 +4,12 @@ userspace delay line), each measured from the client namespace."""
 from __future__ import annotations
 
 import re
-import socket
-import threading
-import time
 
 import pytest
 
 from netns import shaping
 from netns.lab import Lab
-from netns.nsenter import ns_socket
+from netns.measure import tcp_download_mbps
 from netns.topology import default_topology
 
 pytestmark = pytest.mark.lab
@@ -30,34 +27,7 @@ def shape_core(lab: Lab, shape: shaping.Shape) -> None:
 
 
 def download_mbps(lab: Lab, nbytes: int) -> float:
-    """Send `nbytes` from the web node to the client over TCP; return Mbit/s."""
-    srv = ns_socket(lab.ns("web"))
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((lab.addr("web"), 5001))
-    srv.listen(1)
-
-    def serve() -> None:
-        conn, _ = srv.accept()
-        chunk = b"\0" * 65536
-        left = nbytes
-        while left > 0:
-            left -= conn.send(chunk[:left])
-        conn.close()
-
-    t = threading.Thread(target=serve)
-    t.start()
-    cli = ns_socket(lab.ns("client"))
-    cli.connect((lab.addr("web"), 5001))
-    t0 = time.monotonic()
-    got = 0
-    while data := cli.recv(1 << 16):
-        got += len(data)
-    secs = time.monotonic() - t0
-    cli.close()
-    t.join()
-    srv.close()
-    assert got == nbytes
-    return got * 8 / secs / 1e6
+    return tcp_download_mbps(lab.ns("web"), lab.addr("web"), lab.ns("client"), nbytes)
 
 
 def ping(lab: Lab, count: int, interval: float) -> tuple[float, float]:
@@ -94,6 +64,9 @@ def test_delay_line_adds_the_delay_both_ways(lab, tmp_path):
     assert base < 2
     assert 40 <= delayed <= 48, delayed  # 2 × 20 ms, plus a little
     assert '"event": "stopped"' in line.log_text()
+    # Stopped, it leaves no queue behind: traffic flows again, undelayed.
+    _, after = ping(lab, 3, 0.05)
+    assert after < 2
 
 
 def test_bad_loss_is_refused(lab):
