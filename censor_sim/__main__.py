@@ -28,6 +28,8 @@ def emit(event: str, **fields: object) -> None:
 
 async def run(config: dict, poll: float) -> None:
     profile = load_profile(config["profile"], config.get("overrides") or {})
+    if why := datapath.unsupported(profile):
+        raise ProfileError(f"profile {profile.name}: {why}")
     blocklist = None
     if "ip_blocklist" in profile.detectors:
         blocklist = datapath.Blocklist.from_params(profile.detectors["ip_blocklist"])

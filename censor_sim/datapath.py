@@ -22,6 +22,28 @@ class DatapathError(RuntimeError):
     pass
 
 
+# What this datapath can enforce today: (detector, action) pairs, always with
+# probability 1. The censor issue adds NFQUEUE detectors, RST, residual
+# blocking and throttling; until then a profile asking for them is refused
+# rather than silently run as something else.
+SUPPORTED_RULES = {("ip_blocklist", "drop")}
+SUPPORTED_DETECTORS = {detector for detector, _ in SUPPORTED_RULES}
+
+
+def unsupported(profile) -> str | None:
+    """Why this datapath cannot run `profile` as written, or None."""
+    for name in profile.detectors:
+        if name not in SUPPORTED_DETECTORS:
+            return f"detectors.{name}: not implemented by the datapath yet"
+    for i, rule in enumerate(profile.policy.get("rules", [])):
+        if (rule.get("detector"), rule.get("action")) not in SUPPORTED_RULES:
+            return (f"policy.rules[{i}]: {rule.get('detector')} -> {rule.get('action')} "
+                    f"is not implemented by the datapath yet")
+        if rule.get("probability", 1.0) != 1.0:
+            return f"policy.rules[{i}].probability: only 1.0 is implemented yet"
+    return None
+
+
 @dataclass
 class Blocklist:
     v4: list[str] = field(default_factory=list)

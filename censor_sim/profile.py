@@ -94,8 +94,12 @@ def _same_kind(a: Any, b: Any) -> bool:
     return type(a) is type(b)
 
 
-def load_profile(name: str, overrides: dict[str, Any] | None = None) -> Profile:
-    """Load profile `name` (or a path) and apply `overrides`."""
+def load_profile(name: str, overrides: dict[str, Any] | None = None,
+                 where: str | None = None) -> Profile:
+    """Load profile `name` (or a path) and apply `overrides`.
+
+    `where` is the key path errors name (a spec's ``censors.<column>``).
+    """
     path = profile_path(name)
     raw_bytes = path.read_bytes()
     try:
@@ -110,16 +114,16 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> Profile:
             raise ProfileError(f"profile {path.name}: missing {req!r} (models cite a source)")
     full = {k: raw.get(k, {}) for k in ("detectors", "policy", "actions", "prober", "datapath")}
     if overrides:
-        full = merge_overrides(full, overrides, f"censors.{raw['name']}")
+        full = merge_overrides(full, overrides, where or f"censors.{raw['name']}")
     prof = Profile(raw["name"], raw.get("description", ""), raw["source"], path=path,
                    sha256=hashlib.sha256(raw_bytes).hexdigest(), **full)
-    _validate_policy(prof)
+    _validate_policy(prof, where or f"censors.{prof.name}")
     return prof
 
 
-def _validate_policy(prof: Profile) -> None:
+def _validate_policy(prof: Profile, base: str) -> None:
     for i, rule in enumerate(prof.policy.get("rules", [])):
-        where = f"censors.{prof.name}.policy.rules[{i}]"
+        where = f"{base}.policy.rules[{i}]"
         if rule.get("detector") not in prof.detectors:
             raise ProfileError(f"{where}.detector: no detector {rule.get('detector')!r}")
         if rule.get("action") not in KNOWN_ACTIONS:

@@ -30,10 +30,12 @@ class LabProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
+        self._log_offset = 0  # where this run's output starts in a reused log
 
     def start(self) -> LabProcess:
         ip = which("ip") or "ip"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - lives with the process
         env = dict(os.environ)
         env.update(self.env or {})
@@ -58,9 +60,12 @@ class LabProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def log_text(self) -> str:
+    def log_text(self, this_run_only: bool = False) -> str:
         try:
-            return self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                if this_run_only:
+                    f.seek(self._log_offset)
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -68,10 +73,10 @@ class LabProcess:
         """Wait until predicate(log text) holds; fail if the process dies or time runs out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if predicate(self.log_text()):
+            if predicate(self.log_text(this_run_only=True)):
                 return
             if not self.running():
-                tail = " | ".join(self.log_text().strip().splitlines()[-3:])
+                tail = " | ".join(self.log_text(this_run_only=True).strip().splitlines()[-3:])
                 status = self.proc.returncode if self.proc else "?"
                 raise LabError(f"{self.name} exited (status {status}) before {what}: {tail}")
             time.sleep(0.02)

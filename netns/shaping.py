@@ -44,13 +44,16 @@ DELAY_QUEUE = 7
 class DelayLineHandle:
     """A running delay line: its process and the rules that feed it."""
 
-    def __init__(self, ns: str, proc: LabProcess) -> None:
-        self.ns, self.proc = ns, proc
+    def __init__(self, ns: str, proc: LabProcess, dev: str | None) -> None:
+        self.ns, self.proc, self.dev = ns, proc, dev
 
     def _rules(self, op: str) -> None:
+        # Only what crosses `dev` (both directions), as netem on that link would.
+        matches = [["-i", self.dev], ["-o", self.dev]] if self.dev else [[]]
         for ipt in ("iptables", "ip6tables"):
-            run(["ip", "netns", "exec", self.ns, ipt, "-t", "mangle", op, "FORWARD",
-                 "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)], check=(op == "-A"))
+            for m in matches:
+                run(["ip", "netns", "exec", self.ns, ipt, "-t", "mangle", op, "FORWARD", *m,
+                     "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE)], check=(op == "-A"))
 
     def stop(self) -> None:
         """Unhook the queue first (nothing is left queued to a dead reader), then stop."""
@@ -61,8 +64,9 @@ class DelayLineHandle:
         return self.proc.log_text()
 
 
-def start_delay_line(ns: str, delay_ms: float, log_path: Path) -> DelayLineHandle:
-    """Delay every packet router `ns` forwards by `delay_ms`, in userspace.
+def start_delay_line(ns: str, delay_ms: float, log_path: Path,
+                     dev: str | None = None) -> DelayLineHandle:
+    """Delay packets router `ns` forwards through `dev` (all if None) by `delay_ms`.
 
     Use it where netem is missing. Packets are queued without bypass: if the
     delay line dies, traffic stops and the run fails visibly rather than
@@ -72,7 +76,7 @@ def start_delay_line(ns: str, delay_ms: float, log_path: Path) -> DelayLineHandl
                            str(DELAY_QUEUE), "--delay-ms", str(delay_ms)],
                       "delayline", log_path).start()
     proc.wait_log(r'"event": "ready"', 10)
-    handle = DelayLineHandle(ns, proc)
+    handle = DelayLineHandle(ns, proc, dev)
     handle._rules("-A")
     return handle
 

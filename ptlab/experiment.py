@@ -41,14 +41,22 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             bar.update(task, description=f"{spec.name}: lab {runner.lab.id} up, "
                                          f"RTT {runner.rtt_ms} ms")
 
+            prov = provenance({"experiment": spec.seed}, profile_files, peers)
+            done: list = []
+
             def on_row(row) -> None:
                 bar.advance(task)
                 bar.update(task, description=f"{row.transport} × {row.censor}: {row.status}")
+                # Partial results after every row: a killed run still leaves its data.
+                done.append(row)
+                write_results(Results(started=started, finished=now_iso(),
+                                      spec_path=str(spec.path or ""), spec=spec.raw,
+                                      provenance=prov, rows=done), out_dir)
 
             rows = runner.run_matrix(on_row)
     results = Results(
         started=started, finished=now_iso(), spec_path=str(spec.path or ""), spec=spec.raw,
-        provenance=provenance({"experiment": spec.seed}, profile_files, peers), rows=rows)
+        provenance=prov, rows=rows)
     write_results(results, out_dir)
     report = render_report(out_dir)
     if console is not None:

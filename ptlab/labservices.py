@@ -38,8 +38,10 @@ def _both(port: int) -> list[str]:
 class LabServices:
     """Starts and stops the lab services of one lab."""
 
-    def __init__(self, lab: Lab, workdir: Path) -> None:
+    def __init__(self, lab: Lab, workdir: Path, ready_timeout_s: float = 20.0) -> None:
         self.lab = lab
+        self.ready_timeout_s = ready_timeout_s
+        self._ready: dict[str, str] = {}
         self.dir = Path(workdir)
         self.procs: list[LabProcess] = []
         self.ca: LabCA | None = None
@@ -96,8 +98,9 @@ class LabServices:
             for name, role, argv, _ in specs:
                 self.procs.append(LabProcess(self.lab.ns(role), argv, name,
                                              self.dir / f"{name}.log").start())
-            for p, (_, _, _, ready) in zip(self.procs, specs, strict=True):
-                p.wait_log(ready, 20)
+            for p, (name, _, _, ready) in zip(self.procs, specs, strict=True):
+                self._ready[name] = ready
+                p.wait_log(ready, self.ready_timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -106,6 +109,20 @@ class LabServices:
     def stop(self) -> None:
         for p in reversed(self.procs):
             p.stop()
+
+    def dead(self) -> list[str]:
+        """Names of lab services that are no longer running."""
+        return [p.name for p in self.procs if not p.running()]
+
+    def restart_dead(self) -> list[str]:
+        """Restart every dead service (same argv, same log); return their names."""
+        names = self.dead()
+        for i, p in enumerate(self.procs):
+            if p.name in names:
+                fresh = LabProcess(p.ns, p.argv, p.name, p.log_path).start()
+                fresh.wait_log(self._ready[p.name], self.ready_timeout_s)
+                self.procs[i] = fresh
+        return names
 
     async def benign_mix(self, timeout: float):
         """Run the benign background mix from the client namespace."""

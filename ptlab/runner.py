@@ -16,6 +16,7 @@ import asyncio
 import json
 import statistics
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,9 @@ class LabRunner:
         self.lab: Lab | None = None
         self.services: LabServices | None = None
         self.rtt_ms: float | None = None
-        self.baselines: dict[str, bool] = {}
+        self.baselines: dict[str, Row] = {}
+        # Benign flows that fail with no censor, per transport: not the censor's doing.
+        self.baseline_benign_failures: dict[str, set[tuple[str, str]]] = {}
         self.events_path = self.out / "events.jsonl"
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
@@ -127,7 +130,8 @@ class LabRunner:
             # No netem: the userspace delay line in the core router, one-way delay
             # delay_ms in each direction.
             self.delay_line = shaping.start_delay_line(
-                self.lab.ns("inet"), shape.delay_ms, self.out / "lab" / "delayline.log")
+                self.lab.ns("inet"), shape.delay_ms, self.out / "lab" / "delayline.log",
+                dev=self.lab.iface("inet", "censor"))
             shape = shaping.Shape(shape.rate_mbit, shape.loss_pct, 0.0)
         for a, b in ends:
             shaping.apply_egress(self.lab.ns(a), self.lab.iface(a, b), shape)
@@ -166,15 +170,20 @@ class LabRunner:
     def _expect(self, row: Row) -> None:
         for e in self.spec.expect:
             if (e.transport, e.censor) == (row.transport, row.censor):
-                row.expectation = e.status if e.status != "ERROR" else None
+                row.expectation = e.status
                 row.expectation_met = row.status == e.status
 
-    def baseline_ok(self, transport: str) -> bool:
-        """Does `transport` work with no censor? Measured once per transport."""
+    def baseline(self, transport: str) -> Row:
+        """`transport` with no censor, measured once per transport."""
         if transport not in self.baselines:
-            row = self._cell(transport, BASELINE, {}, baseline_only=True)
-            self.baselines[transport] = row.status == "reachable"
+            self._record_baseline(transport, self._cell(transport, BASELINE, {},
+                                                        baseline_only=True))
         return self.baselines[transport]
+
+    def _record_baseline(self, transport: str, row: Row) -> None:
+        if row.status == "blocked":  # nothing blocks without a censor
+            row.status, row.error = "ERROR", f"fails with no censor: {row.error}"
+        self.baselines[transport] = row
 
     def run_cell(self, transport: str, censor: str,
                  overrides: dict[str, Any] | None = None) -> Row:
@@ -184,13 +193,16 @@ class LabRunner:
         else:
             profile_name, spec_over = censor, {}
         merged = {**spec_over, **(overrides or {})}
+        is_baseline = profile_name == BASELINE and not merged
+        if not is_baseline:
+            self.baseline(transport)  # so collateral can discount baseline failures
         row = self._cell(transport, censor, merged, profile_name=profile_name)
-        if profile_name == BASELINE and not overrides:
-            self.baselines[transport] = row.status == "reachable"
-        elif row.status == "blocked" and not self.baseline_ok(transport):
+        if is_baseline:
+            self._record_baseline(transport, row)
+        elif row.status == "blocked" and self.baselines[transport].status != "reachable":
             row.notes.append(f"blocked-looking failure, but {transport} fails with no censor too")
             row.status = "ERROR"
-            row.error = row.error or "baseline (none censor) failed"
+            row.error = f"baseline (none censor) failed: {self.baselines[transport].error}"
         return row
 
     def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
@@ -209,6 +221,9 @@ class LabRunner:
                           self.spec.seed, self.services.upstream)
         run = CellRun(name)
         row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
+        restarted = self.services.restart_dead()
+        if restarted:
+            row.notes.append(f"restarted lab services that had died: {', '.join(restarted)}")
         try:
             if self.capture and not baseline_only:
                 self._start_captures(run)
@@ -221,12 +236,26 @@ class LabRunner:
                 self._start(run, svc, cell_dir)
             endpoint = plugin.endpoint(ctx)
             asyncio.run(self._workloads(row, endpoint, baseline_only))
+            self._check_alive(row, run)
             self._finish_censor(row, run, t_client)
         except (LabError, profiles.ProfileError, OSError) as exc:
             row.status, row.error = "ERROR", str(exc)
+        except Exception as exc:  # a bug must cost one cell, not the run
+            (cell_dir / "traceback.txt").write_text(traceback.format_exc())
+            row.status = "ERROR"
+            row.error = f"internal error: {type(exc).__name__}: {exc} (see {name}/traceback.txt)"
         finally:
             self._stop_cell(run)
         return row
+
+    def _check_alive(self, row: Row, run: CellRun) -> None:
+        """A result measured while part of the lab was dead is no result."""
+        assert self.services
+        dead = [p.name for p in run.procs if not p.running()]
+        dead += [f"lab service {n}" for n in self.services.dead()]
+        if dead:
+            row.status = "ERROR"
+            row.error = f"died during the cell: {', '.join(dead)}"
 
     def _start(self, run: CellRun, svc: Service, cell_dir: Path) -> LabProcess:
         assert self.lab
@@ -315,15 +344,29 @@ class LabRunner:
         else:
             row.status, row.error = "blocked", failure
             row.bytes_before_block = moved
-        if w.benign and not baseline_only:
-            await self._benign(row)
+        if w.benign:
+            await self._benign(row, baseline=row.censor == BASELINE)
 
-    async def _benign(self, row: Row) -> None:
+    async def _benign(self, row: Row, baseline: bool) -> None:
+        """Collateral damage: benign flows that fail under this censor but not without one."""
         assert self.services
         results = await self.services.benign_mix(self.spec.workloads.benign_timeout_s)
-        row.benign_total = len(results)
-        row.benign_blocked = sum(not r.ok for r in results)
-        row.collateral = row.benign_blocked / row.benign_total if results else None
+        failing = {(r.kind, r.target) for r in results if not r.ok}
+        if baseline:
+            self.baseline_benign_failures[row.transport] = failing
+            if failing:
+                row.notes.append(f"benign flows fail with no censor: {sorted(failing)}")
+            excused: set[tuple[str, str]] = set()
+        else:
+            excused = failing & self.baseline_benign_failures.get(row.transport, set())
+            if excused:
+                row.notes.append(f"not counted as collateral (fail with no censor too): "
+                                 f"{sorted(excused)}")
+        counted = [r for r in results if (r.kind, r.target) not in excused]
+        row.benign_total = len(counted)
+        row.benign_blocked = sum(not r.ok for r in counted)
+        row.collateral = row.benign_blocked / row.benign_total if counted else None
+        results = counted
         detail: dict[str, dict[str, int]] = {}
         for r in results:
             d = detail.setdefault(r.kind, {"ok": 0, "blocked": 0})
@@ -333,6 +376,8 @@ class LabRunner:
     def _finish_censor(self, row: Row, run: CellRun, t_client: float) -> None:
         censor = run.censor
         assert censor
+        if not censor.running():
+            row.status, row.error = "ERROR", "the censor process died during the cell"
         censor.stop()
         events = [e for line in censor.log_text().splitlines()
                   if (e := parse_event_line(line))]

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("reachable", "blocked", "ERROR")
+# What a spec may expect of a cell (ERROR is never an expectation: it means the lab failed).
+EXPECTABLE = ("reachable", "blocked")
 
 
 class SpecError(ValueError):
@@ -153,6 +154,8 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
             raise SpecError(f"censors.{name}: unknown censor profile {prof!r} "
                             f"(known: {', '.join(known_profiles)})")
     spec.censors = censors
+    if known_profiles is not None:
+        _check_censor_columns(spec)
 
     wl = _check(data.get("workloads", {}), "workloads", {
         "bulk": dict, "latency": dict, "benign": dict, "bootstrap_timeout_s": NUM})
@@ -181,10 +184,26 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
             raise SpecError(f"expect[{i}].transport: {e['transport']!r} is not in [transports]")
         if e["censor"] not in spec.censors:
             raise SpecError(f"expect[{i}].censor: {e['censor']!r} is not in [censors]")
-        if e["status"] not in STATUSES:
-            raise SpecError(f"expect[{i}].status: must be one of {', '.join(STATUSES)}")
+        if e["status"] not in EXPECTABLE:
+            raise SpecError(f"expect[{i}].status: must be one of {', '.join(EXPECTABLE)}")
         spec.expect.append(Expectation(e["transport"], e["censor"], e["status"]))
     return spec
+
+
+def _check_censor_columns(spec: Spec) -> None:
+    """Apply each column's overrides now, so a typo fails before any lab is built."""
+    from censor_sim.datapath import unsupported
+    from censor_sim.profile import ProfileError, load_profile
+
+    for column in spec.censors:
+        name, overrides = spec.censor_profile(column)
+        where = f"censors.{column}"
+        try:
+            prof = load_profile(name, overrides, where=where)
+        except ProfileError as exc:
+            raise SpecError(str(exc)) from None
+        if why := unsupported(prof):
+            raise SpecError(f"{where}.{why}")
 
 
 def load_spec(path: Path, known_transports: list[str] | None = None,

@@ -56,13 +56,17 @@ def test_loss_drops_about_the_share_asked(lab):
 
 def test_delay_line_adds_the_delay_both_ways(lab, tmp_path):
     _, base = ping(lab, 5, 0.05)
-    line = shaping.start_delay_line(lab.ns("inet"), 20, tmp_path / "dl.log")
+    line = shaping.start_delay_line(lab.ns("inet"), 20, tmp_path / "dl.log",
+                                    dev=lab.iface("inet", "censor"))
     try:
         _, delayed = ping(lab, 10, 0.05)
     finally:
         line.stop()
     assert base < 2
     assert 40 <= delayed <= 48, delayed  # 2 × 20 ms, plus a little
+    # Server-to-server traffic does not cross the censor link: not delayed.
+    out = lab.exec("bridge", ["ping", "-n", "-q", "-c", "3", "-i", "0.05", lab.addr("web")])
+    assert float(re.search(r"= [\d.]+/([\d.]+)/", out.stdout).group(1)) < 2
     assert '"event": "stopped"' in line.log_text()
     # Stopped, it leaves no queue behind: traffic flows again, undelayed.
     _, after = ping(lab, 3, 0.05)

@@ -42,8 +42,11 @@ def test_prefix_extension_is_routed_to_its_owner():
     t.add_prefix("isp", "198.19.200.0/24")
     assert {r.dest: r.peer for r in t.routes("inet")}["198.19.200.0/24"] == "isp"
     assert {r.dest: r.peer for r in t.routes("censor")}["198.19.200.0/24"] == "inet"
-    with pytest.raises(LabError, match="outside the lab ranges"):
+    with pytest.raises(LabError, match="outside the lab's extension ranges"):
         t.add_prefix("isp", "10.0.0.0/8")
+    with pytest.raises(LabError, match="outside the lab's extension ranges"):
+        t.add_prefix("isp", "198.18.3.0/24")  # a link subnet
+    t.add_prefix("isp", "2001:db8:8000:1::/64")
 
 
 def test_addresses_are_unique():

@@ -35,9 +35,17 @@ def test_bad_spec_key_is_named(tmp_path):
 def test_missing_privilege(monkeypatch, capsys):
     """As a non-root user (euid faked: the venv lives under /root), every lab command
     stops at once with one line, before touching anything."""
+    from netns import cleanup
     from ptlab import cli
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the root check let a lab command through")
+
+    # Should the root check ever regress, nothing real is torn down.
+    for fn in ("down", "down_all", "down_orphans"):
+        monkeypatch.setattr(cleanup, fn, must_not_run)
     for argv in (["lab", "up"], ["lab", "down", "--all"], ["run", "--quick"]):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err

@@ -70,3 +70,25 @@ def test_shipped_specs_are_valid(name):
 
     spec = load_spec(REPO / "experiments" / name, plugins.available(), available())
     assert spec.cells()
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (("detectors.ip_blocklist.addresses", "detectors.ip_blocklist.adresses"),
+     r"censors\.block-web\.detectors\.ip_blocklist\.adresses: unknown parameter"),
+    (('detectors.ip_blocklist.addresses = ["role:web"]',
+      'detectors.ip_blocklist.addresses = ["role:web"]\n'
+      'policy.rules = [{detector = "ip_blocklist", action = "rst", probability = 1.0}]'),
+     r"censors\.block-web\.policy\.rules\[0\]: ip_blocklist -> rst is not implemented"),
+    (('detectors.ip_blocklist.addresses = ["role:web"]',
+      'detectors.ip_blocklist.addresses = ["role:web"]\n'
+      'policy.rules = [{detector = "ip_blocklist", action = "drop", probability = 0.3}]'),
+     r"probability: only 1\.0 is implemented"),
+])
+def test_censor_overrides_are_checked_when_the_spec_loads(edit, msg):
+    with pytest.raises(SpecError, match=msg):
+        parse(GOOD.replace(*edit))
+
+
+def test_error_is_not_an_expectation():
+    with pytest.raises(SpecError, match="must be one of reachable, blocked"):
+        parse(GOOD.replace('status = "reachable"', 'status = "ERROR"'))
