@@ -1,1 +1,1 @@
-"""Tor pluggable-transport plumbing: the SOCKS5 front and (later) managed mode."""
+"""Tor pluggable-transport plumbing: managed mode (environment, messages, SOCKS5, Extended ORPort)."""

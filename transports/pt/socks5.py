@@ -5,6 +5,11 @@ RFC 1929 username/password authentication: the argument string is the
 username followed by the password, and a password of a single NUL byte means
 "no more". We accept only CONNECT; everything else gets the right error code,
 and malformed greetings are dropped without crashing the listener.
+
+The split follows tor and goptlib exactly (see :func:`split_pt_args` and
+:func:`join_pt_args`), so our client works with obfs4proxy and tor's args
+reach our server intact, including the ``curl --proxy-user 'k=v;k2:=v2'``
+trick that splits the string at a ``:`` rather than at byte 255.
 """
 
 from __future__ import annotations
@@ -65,6 +70,37 @@ def parse_pt_args(s: str) -> dict[str, str]:
     return args
 
 
+MAX_FIELD = 255  # RFC 1929: UNAME and PASSWD are 1..255 bytes each
+
+
+def split_pt_args(encoded: bytes) -> tuple[bytes, bytes]:
+    """Split an encoded argument string over (UNAME, PASSWD) as tor does.
+
+    Up to 255 bytes all go in UNAME and PASSWD is a single NUL, the spec's
+    "nothing here" marker (RFC 1929 forbids an empty password). Longer strings
+    fill UNAME with the first 255 bytes and PASSWD with the rest; beyond 510
+    bytes they cannot be sent. A NUL inside the arguments is refused: tor cannot
+    send one, and a PASSWD of exactly one NUL would be dropped by the server.
+    """
+    if not encoded:
+        raise SocksError("empty PT arguments cannot go in RFC 1929 (UNAME needs 1 byte)")
+    if b"\x00" in encoded:
+        raise SocksError("PT arguments must not contain NUL")
+    if len(encoded) > 2 * MAX_FIELD:
+        raise SocksError(f"PT arguments longer than {2 * MAX_FIELD} bytes")
+    return encoded[:MAX_FIELD], encoded[MAX_FIELD:] or b"\x00"
+
+
+def join_pt_args(uname: bytes, passwd: bytes) -> bytes:
+    """The server side of :func:`split_pt_args`, as goptlib reads it.
+
+    goptlib concatenates UNAME and PASSWD before parsing, unless PASSWD is the
+    single NUL that means "empty". Concatenating before unescaping matters: an
+    escape (``\\;``) may straddle the two fields.
+    """
+    return uname + (b"" if passwd == b"\x00" else passwd)
+
+
 def encode_pt_args(args: dict[str, str]) -> str:
     def esc(x: str) -> str:
         return x.replace("\\", "\\\\").replace("=", "\\=").replace(";", "\\;")
@@ -88,9 +124,13 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         user = await reader.readexactly(ulen)
         (plen,) = await reader.readexactly(1)
         passwd = await reader.readexactly(plen)
-        raw = user + (b"" if passwd == b"\x00" else passwd)
+        if ulen == 0 or plen == 0:
+            # RFC 1929 fields are 1..255 bytes; goptlib refuses empty ones too.
+            writer.write(b"\x01\x01")
+            await writer.drain()
+            raise SocksError("RFC 1929 username or password with 0 length", reply=None)
         try:
-            args = parse_pt_args(raw.decode())
+            args = parse_pt_args(join_pt_args(user, passwd).decode())
         except (SocksError, UnicodeDecodeError) as exc:
             writer.write(b"\x01\x01")
             await writer.drain()
@@ -129,20 +169,20 @@ def reply(code: int) -> bytes:
 
 async def client_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          host: str, port: int, args: dict[str, str] | None = None) -> None:
-    """The client side: negotiate CONNECT to host:port, passing PT args if any."""
-    if args:
-        writer.write(bytes([VERSION, 1, AUTH_USERPASS]))
-    else:
-        writer.write(bytes([VERSION, 1, AUTH_NONE]))
+    """The client side: negotiate CONNECT to host:port, passing PT args if any.
+
+    Like tor, offer only username/password when there are arguments and only
+    "no auth" when there are none, so the server cannot silently drop them.
+    """
+    fields = split_pt_args(encode_pt_args(args).encode()) if args else None
+    offered = AUTH_USERPASS if fields else AUTH_NONE
+    writer.write(bytes([VERSION, 1, offered]))
     await writer.drain()
     ver, method = await reader.readexactly(2)
-    if ver != VERSION or method == AUTH_NO_ACCEPTABLE:
+    if ver != VERSION or method != offered:
         raise SocksError("SOCKS5 server refused our authentication methods")
-    if method == AUTH_USERPASS:
-        raw = encode_pt_args(args or {}).encode()
-        user, passwd = raw[:255], raw[255:] or b"\x00"
-        if len(passwd) > 255:
-            raise SocksError("PT arguments longer than 510 bytes")
+    if fields:
+        user, passwd = fields
         writer.write(bytes([1, len(user)]) + user + bytes([len(passwd)]) + passwd)
         await writer.drain()
         _sub, status = await reader.readexactly(2)

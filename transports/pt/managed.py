@@ -1,0 +1,347 @@
+"""Tor PT managed mode for every registered transport (pt-spec v1).
+
+Tor, ptadapter or the lab runner starts ``python -m transports.pt`` (``ptlab
+pt``) with the ``TOR_PT_*`` environment. As a client we open one SOCKS5
+listener on 127.0.0.1 per requested transport; each CONNECT carries the bridge
+arguments in RFC 1929 fields and is dialed with
+``transport.client_factory(state, args).dial(host, port)``. As a server we
+listen where ``TOR_PT_SERVER_BINDADDR`` says, let the transport's server factory
+``wrap`` each connection, and relay the inner stream to the ORPort, or to the
+Extended ORPort (SafeCookie, USERADDR, TRANSPORT) when tor offers one.
+
+A server factory may publish bridge-line arguments (obfs4's ``cert=``,
+``iat-mode=``) through an optional ``smethod_args() -> dict[str, str]``; they
+go out as ``SMETHOD ... ARGS:``.
+
+Lifetime follows the spec's shutdown section: stdin closing (when
+``TOR_PT_EXIT_ON_STDIN_CLOSE=1``), SIGTERM or the parent's death end the
+process now; a first SIGINT closes the listeners and waits for open
+connections, a second SIGINT ends it now. Errors reach tor as ``LOG`` lines,
+without client addresses, because tor's own logs scrub them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from .. import base
+from ..relay import relay
+from . import environment, extorport, messages, socks5
+from .environment import ClientConfig, PTEnvError, ServerConfig
+
+SOCKS_TIMEOUT = 5.0  # the spec's limit on SOCKS negotiation
+PARENT_POLL = 1.0
+DEFAULT_BINDADDR = ("0.0.0.0", 0)  # no BINDADDR: a bridge is there to be reached
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _log(severity: str, message: str) -> None:
+    messages.log(severity, message)
+
+
+def _describe(exc: BaseException) -> str:
+    """An error without the addresses that ``str(OSError)`` carries (bridges are secret)."""
+    if isinstance(exc, OSError) and exc.errno:
+        # Not exc.strerror: asyncio puts the peer address there ("Connect call failed (...)").
+        return f"{type(exc).__name__}: {os.strerror(exc.errno)}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Lifetime:
+    """When to stop: ``now`` ends everything, ``drain`` only stops accepting."""
+
+    def __init__(self) -> None:
+        self.now = asyncio.Event()
+        self.drain = asyncio.Event()
+        self._sigints = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._parent_task: asyncio.Task | None = None
+
+    def install(self, exit_on_stdin_close: bool) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.now.set)
+        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        if exit_on_stdin_close:
+            threading.Thread(target=self._watch_stdin, args=(loop,), daemon=True,
+                             name="pt-stdin").start()
+        self._parent_task = loop.create_task(self._watch_parent(os.getppid()))
+
+    def _on_sigint(self) -> None:
+        self._sigints += 1
+        (self.drain if self._sigints == 1 else self.now).set()
+
+    def _watch_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A thread, because stdin may be a pipe, a tty, /dev/null or even closed,
+        # and a blocking read handles all of them; EOF or an error means "go".
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        with contextlib.suppress(RuntimeError):  # loop already closed
+            loop.call_soon_threadsafe(self.now.set)
+
+    async def _watch_parent(self, ppid: int) -> None:
+        # Re-parenting (to init or a subreaper) is how a U*IX child sees its parent die.
+        while os.getppid() == ppid:
+            await asyncio.sleep(PARENT_POLL)
+        self.now.set()
+
+    def track(self, handler: Handler) -> Handler:
+        """Wrap a connection handler so shutdown can wait for it or cancel it."""
+        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._tasks.add(task)
+            self._idle.clear()
+            try:
+                await handler(reader, writer)
+            finally:
+                self._tasks.discard(task)
+                if not self._tasks:
+                    self._idle.set()
+        return tracked
+
+    async def wait(self, servers: list[asyncio.Server]) -> None:
+        """Block until told to stop, then stop as asked."""
+        await _first(self.now.wait(), self.drain.wait())
+        for s in servers:
+            s.close()
+        if not self.now.is_set():
+            await _first(self.now.wait(), self._idle.wait())
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2.0)
+        if self._parent_task is not None:
+            self._parent_task.cancel()
+
+
+async def _first(*aws: Awaitable[object]) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _lookup(name: str) -> base.Transport | None:
+    """The registered transport, or None (logged) for a name we do not know.
+
+    The spec says to ignore unknown names rather than answer with an error.
+    """
+    try:
+        return base.get(name)
+    except base.TransportError:
+        _log("warning", f"unknown transport {name!r} ignored (known: {', '.join(base.names())})")
+        return None
+
+
+def _has_role(transport: base.Transport, role: str) -> bool:
+    """Whether the transport overrides ``<role>_factory`` (a client-only one does not)."""
+    method = f"{role}_factory"
+    return getattr(type(transport), method) is not getattr(base.Transport, method)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
+def _dial_failure_code(exc: BaseException) -> int:
+    if isinstance(exc, ConnectionRefusedError):
+        return socks5.REP_REFUSED
+    if isinstance(exc, OSError | TimeoutError):
+        return socks5.REP_HOST_UNREACHABLE
+    return socks5.REP_FAILURE
+
+
+def _socks_handler(name: str, transport: base.Transport, state: Path) -> Handler:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            req = await asyncio.wait_for(socks5.read_request(reader, writer), SOCKS_TIMEOUT)
+        except (socks5.SocksError, asyncio.IncompleteReadError, TimeoutError, OSError,
+                ValueError) as exc:
+            code = getattr(exc, "reply", None)
+            if code is not None:
+                with contextlib.suppress(Exception):
+                    writer.write(socks5.reply(code))
+            await _close(writer)
+            _log("info", f"{name}: SOCKS negotiation failed: {_describe(exc)}")
+            return
+        try:
+            inner = await transport.client_factory(state, req.args).dial(req.host, req.port)
+        except Exception as exc:  # any transport failure must become a SOCKS reply
+            with contextlib.suppress(Exception):
+                writer.write(socks5.reply(_dial_failure_code(exc)))
+            await _close(writer)
+            _log("warning", f"{name}: connecting through the transport failed: {_describe(exc)}")
+            return
+        try:
+            writer.write(socks5.reply(socks5.REP_OK))
+            await writer.drain()
+        except OSError:
+            await _close(inner[1])
+            await _close(writer)
+            return
+        await relay((reader, writer), inner)
+    return handle
+
+
+async def start_client(cfg: ClientConfig, life: Lifetime) -> list[asyncio.Server] | None:
+    """Announce CMETHODs; None means a fatal error was already reported."""
+    if cfg.proxy is not None:
+        # Each transport dials by itself (the Transport API has no proxy hook),
+        # so an upstream proxy cannot be honoured; the spec says to say so and exit.
+        messages.proxy_error(f"{cfg.proxy.scheme} upstream proxies are not supported")
+        return None
+    servers = []
+    for name in cfg.transports:
+        if not environment.is_transport_name(name):
+            continue
+        transport = _lookup(name)
+        if transport is None:
+            continue
+        if not _has_role(transport, "client"):
+            messages.cmethod_error(name, "client not supported")
+            continue
+        handler = life.track(_socks_handler(name, transport, cfg.state_location))
+        try:
+            server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        except OSError as exc:
+            messages.cmethod_error(name, f"cannot listen: {exc}")
+            continue
+        host, port = server.sockets[0].getsockname()[:2]
+        messages.cmethod(name, host, port)
+        servers.append(server)
+    messages.cmethods_done()
+    return servers
+
+
+def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -> Handler:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        client_addr = messages.format_addr(peer[0], peer[1]) if peer else "0.0.0.0:0"
+        try:
+            inner = await factory.wrap(reader, writer)
+        except Exception as exc:  # probes and garbage are normal for a bridge
+            await _close(writer)
+            _log("info", f"{name}: handshake failed: {_describe(exc)}")
+            return
+        try:
+            if cfg.ext_orport is not None:
+                assert cfg.auth_cookie_file is not None
+                upstream = await extorport.open_extorport(
+                    *cfg.ext_orport, cfg.auth_cookie_file, name, client_addr)
+            else:
+                assert cfg.orport is not None
+                upstream = await asyncio.open_connection(*cfg.orport)
+        except (OSError, extorport.ExtORPortError) as exc:
+            which = "Extended ORPort" if cfg.ext_orport else "ORPort"
+            _log("error", f"{name}: cannot hand the connection to the {which}: {_describe(exc)}")
+            await _close(inner[1])
+            await _close(writer)
+            return
+        await relay(inner, upstream)
+    return handle
+
+
+async def _start_one_server(name: str, transport: base.Transport, cfg: ServerConfig,
+                            life: Lifetime) -> asyncio.Server | None:
+    try:
+        factory = transport.server_factory(cfg.state_location, cfg.options.get(name, {}))
+        get_args = getattr(factory, "smethod_args", None)
+        args = dict(get_args()) if callable(get_args) else {}
+        messages.format_smethod(name, "0.0.0.0", 0, args)  # validate ARGS before listening
+    except Exception as exc:  # bad options, unreadable state, ...: report, keep the others
+        messages.smethod_error(name, str(exc) or repr(exc))
+        return None
+    host, port = cfg.bindaddrs.get(name, DEFAULT_BINDADDR)
+    try:
+        server = await asyncio.start_server(life.track(_orport_handler(name, factory, cfg)),
+                                            host, port)
+    except OSError as exc:
+        messages.smethod_error(name, f"cannot listen on {messages.format_addr(host, port)}: {exc}")
+        return None
+    bound_host, bound_port = server.sockets[0].getsockname()[:2]
+    messages.smethod(name, bound_host, bound_port, args)
+    return server
+
+
+async def start_server(cfg: ServerConfig, life: Lifetime) -> list[asyncio.Server]:
+    """Announce SMETHODs."""
+    servers = []
+    for name in cfg.transports:
+        if not environment.is_transport_name(name):
+            continue
+        transport = _lookup(name)
+        if transport is None:
+            continue
+        if not _has_role(transport, "server"):
+            messages.smethod_error(name, "server not supported")
+            continue
+        server = await _start_one_server(name, transport, cfg, life)
+        if server is not None:
+            servers.append(server)
+    messages.smethods_done()
+    return servers
+
+
+async def run(cfg: ClientConfig | ServerConfig) -> int:
+    """Serve until told to stop; the exit status."""
+    life = Lifetime()
+    life.install(cfg.exit_on_stdin_close)
+    if isinstance(cfg, ClientConfig):
+        servers = await start_client(cfg, life)
+    else:
+        servers = await start_server(cfg, life)
+    if not servers:
+        if servers is not None:
+            _log("error", "no transport could be started")
+        life.now.set()
+        await life.wait([])
+        return 1
+    await life.wait(servers)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``ptlab pt`` / ``python -m transports.pt``: managed mode from the environment."""
+    parser = argparse.ArgumentParser(
+        prog="ptlab pt",
+        description="Run ptlab transports as a Tor managed pluggable transport. "
+                    "All configuration comes from the TOR_PT_* environment variables "
+                    "(pt-spec v1); tor, ptadapter or the lab runner sets them.")
+    parser.parse_args(argv)
+    env = os.environ
+    try:
+        messages.version(environment.check_version(env))
+    except PTEnvError as exc:
+        messages.emit(exc.line())
+        if "TOR_PT_MANAGED_TRANSPORT_VER" not in env:
+            print("ptlab pt: not started as a managed PT (no TOR_PT_* environment); "
+                  "see --help", file=sys.stderr)
+        return 1
+    try:
+        cfg = environment.parse(env)
+        cfg.state_location.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except PTEnvError as exc:
+        messages.emit(exc.line())
+        return 1
+    except OSError as exc:
+        messages.env_error(f"cannot create TOR_PT_STATE_LOCATION: {exc}")
+        return 1
+    return asyncio.run(run(cfg))
