@@ -135,6 +135,14 @@ def cmd_lab_exec(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+# --- ptlab pt ----------------------------------------------------------------
+
+def cmd_pt(args: argparse.Namespace) -> int:
+    from transports.pt.managed import main as managed_main
+
+    return managed_main([])
+
+
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -183,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("node", help="node role, e.g. client, censor, bridge")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")
     ex.set_defaults(fn=cmd_lab_exec)
+
+    pt = sub.add_parser("pt", help="run as a Tor pluggable transport (managed mode)",
+                        description="Tor PT managed mode: tor (or ptadapter) launches this "
+                                    "with TOR_PT_* variables; every registered transport "
+                                    "(direct, obfs4, ...) is offered.", add_help=True)
+    pt.set_defaults(fn=cmd_pt)
 
     rep = sub.add_parser("report", help="render report.html for a results directory")
     rep.add_argument("results_dir")

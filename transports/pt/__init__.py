@@ -1,1 +1,1 @@
-"""Tor pluggable-transport plumbing: managed mode (environment, messages, SOCKS5, Extended ORPort)."""
+"""Tor pluggable-transport plumbing: managed mode, SOCKS5 and the Extended ORPort."""

@@ -1,0 +1,257 @@
+"""An established obfs4 session as asyncio streams.
+
+After the handshake, the raw TCP transport is handed to :class:`Obfs4Protocol`,
+which decodes frames straight into the application's ``StreamReader`` and
+encodes the application's writes (through :class:`Obfs4Transport`) into
+frames, with obfs4proxy's per-burst padding and iat-modes:
+
+- iat-mode 0: one write per burst, padded once (``padBurst``).
+- iat-mode 1: the padded burst goes out in chunks of at most one segment,
+  each followed by a sleep of ``iatDist.sample() × 100 µs``.
+- iat-mode 2: each chunk's length is a fresh ``lenDist`` sample, padding is
+  added when the buffered data falls short, and each chunk is followed by the
+  same sleep.
+
+There is no half-close in obfs4: EOF from the application closes the session.
+A frame that fails authentication ends the session at once (only a peer that
+completed the handshake can get here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+
+from .framing import MAXIMUM_SEGMENT_LENGTH, Decoder, Encoder, FramingError
+from .packet import PacketDecoder, PacketEncoder, burst_pad_length
+from .probdist import WeightedDist, iat_seed
+
+IAT_NONE, IAT_ENABLED, IAT_PARANOID = 0, 1, 2
+MAX_IAT_DELAY = 100  # samples are in units of 100 µs: at most 10 ms
+IAT_UNIT_S = 100e-6
+READER_LIMIT = 1 << 20
+
+
+@dataclass
+class Shaping:
+    """Length (and, for iat-modes 1 and 2, timing) distributions of one side."""
+
+    iat_mode: int
+    len_dist: WeightedDist
+    iat_dist: WeightedDist | None
+
+    @classmethod
+    def from_seed(cls, seed: bytes, iat_mode: int) -> Shaping:
+        biased = False  # obfs4proxy's default (the -obfs4-distBias flag is off)
+        lens = WeightedDist(seed, 0, MAXIMUM_SEGMENT_LENGTH, biased)
+        iats = (WeightedDist(iat_seed(seed), 0, MAX_IAT_DELAY, biased)
+                if iat_mode != IAT_NONE else None)
+        return cls(iat_mode, lens, iats)
+
+    def reseed(self, seed: bytes) -> None:
+        """The server's PRNG-seed packet: the client mimics the server's shape."""
+        self.len_dist.reset(seed)
+        if self.iat_dist is not None:
+            self.iat_dist.reset(iat_seed(seed))
+
+
+class Obfs4Transport(asyncio.Transport):
+    """What the application writes to: encodes into frames on the raw transport."""
+
+    def __init__(self, proto: Obfs4Protocol) -> None:
+        super().__init__()
+        self._p = proto
+
+    # -- writing ---------------------------------------------------------------
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data or self._p.closing:
+            return
+        self._p.send(bytes(data))
+
+    def writelines(self, list_of_data) -> None:  # type: ignore[override]
+        self.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("obfs4 has no half-close")
+
+    def get_write_buffer_size(self) -> int:
+        return self._p.raw.get_write_buffer_size() + self._p.queued
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._p.raw.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._p.raw.set_write_buffer_limits(high, low)
+
+    # -- reading ---------------------------------------------------------------
+    def pause_reading(self) -> None:
+        self._p.raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._p.raw.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._p.raw.is_reading()
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self) -> None:
+        self._p.close()
+
+    def abort(self) -> None:
+        self._p.raw.abort()
+
+    def is_closing(self) -> bool:
+        return self._p.closing or self._p.raw.is_closing()
+
+    def get_extra_info(self, name: str, default=None):
+        if name == "obfs4":
+            return self._p
+        return self._p.raw.get_extra_info(name, default)
+
+    def get_protocol(self):
+        return self._p.app
+
+    def set_protocol(self, protocol) -> None:
+        self._p.app = protocol
+
+
+class Obfs4Protocol(asyncio.Protocol):
+    """The session between the raw TCP transport and the application's protocol."""
+
+    def __init__(self, raw: asyncio.Transport, encoder: Encoder, decoder: Decoder,
+                 shaping: Shaping, is_server: bool) -> None:
+        self.raw = raw
+        self.enc = PacketEncoder(encoder)
+        self.dec = PacketDecoder(decoder)
+        self.shaping = shaping
+        self.is_server = is_server
+        self.loop = asyncio.get_running_loop()
+        self.reader = asyncio.StreamReader(limit=READER_LIMIT, loop=self.loop)
+        self.app: asyncio.Protocol = asyncio.StreamReaderProtocol(self.reader, loop=self.loop)
+        self.transport = Obfs4Transport(self)
+        self.writer = asyncio.StreamWriter(self.transport, self.app, self.reader, self.loop)
+        self.closing = False
+        self.queued = 0  # wire bytes waiting in the IAT queue
+        self._chunks: deque[bytes] = deque()
+        self._pacer: asyncio.Task | None = None
+        self.error: Exception | None = None
+        self.handshake_writer: asyncio.StreamWriter | None = None
+        self.app.connection_made(self.transport)
+
+    # -- raw side --------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        try:
+            payload, seeds = self.dec.feed(data)
+        except FramingError as exc:
+            self.error = exc
+            payload, seeds = getattr(exc, "data", b""), getattr(exc, "seeds", [])
+            self._deliver(payload, seeds)
+            self.raw.abort()  # forged or corrupted frames: end the session now
+            return
+        self._deliver(payload, seeds)
+
+    def _deliver(self, payload: bytes, seeds: list[bytes]) -> None:
+        if seeds and not self.is_server:
+            self.shaping.reseed(seeds[-1])
+        if payload:
+            self.app.data_received(payload)
+
+    def eof_received(self) -> bool:
+        self.app.eof_received()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._pacer:
+            self._pacer.cancel()
+        self.app.connection_lost(exc or self.error)
+
+    def pause_writing(self) -> None:
+        self.app.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.app.resume_writing()
+
+    # -- application side ------------------------------------------------------
+    def feed_initial(self, data: bytes) -> None:
+        """Bytes that arrived with the handshake, before this protocol took over."""
+        if data:
+            self.data_received(data)
+
+    def send(self, data: bytes) -> None:
+        mode = self.shaping.iat_mode
+        if mode == IAT_PARANOID:
+            wire = self.enc.encode(data)  # padded per chunk by the pacer instead
+        else:
+            wire = self.enc.encode_burst(data, self.shaping.len_dist.sample())
+        if mode == IAT_NONE:
+            self.raw.write(wire)
+            return
+        self._chunks.append(wire)
+        self.queued += len(wire)
+        if self._pacer is None or self._pacer.done():
+            self._pacer = self.loop.create_task(self._pace())
+
+    async def _pace(self) -> None:
+        """iat-modes 1 and 2: write segment-sized chunks with random gaps."""
+        buf = bytearray()
+        iat = self.shaping.iat_dist
+        assert iat is not None
+        while self._chunks or buf:
+            while self._chunks:
+                buf += self._chunks.popleft()
+            if self.shaping.iat_mode == IAT_PARANOID:
+                # A fresh length per write; pad when too little is buffered, and
+                # resample when the padding overshoots (it needed two frames).
+                target = self.shaping.len_dist.sample()
+                if target == 0:
+                    continue
+                if len(buf) < target:
+                    buf += self.enc.encode(b"", burst_pad_length(len(buf), target))
+                    if len(buf) != target:
+                        continue
+                n = target
+            else:
+                n = min(len(buf), MAXIMUM_SEGMENT_LENGTH)
+            out = bytes(buf[:n])
+            del buf[:n]
+            self.queued = max(0, self.queued - n)
+            if self.raw.is_closing():
+                return
+            self.raw.write(out)
+            await asyncio.sleep(iat.sample() * IAT_UNIT_S)
+        if self.closing:
+            self.raw.close()
+
+    def close(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        if self._pacer is None or self._pacer.done():
+            self.raw.close()
+
+
+def attach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover: bytes,
+           encoder: Encoder, decoder: Decoder, shaping: Shaping,
+           is_server: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Switch a handshaken TCP connection over to an obfs4 session; return its streams.
+
+    Must be called with no ``await`` since the handshake's last read, so no
+    byte can land in the old ``StreamReader`` unseen.
+    """
+    raw = writer.transport
+    proto = Obfs4Protocol(raw, encoder, decoder, shaping, is_server)
+    # The handshake's StreamWriter closes the socket when garbage-collected
+    # (StreamWriter.__del__): the session keeps it for as long as it lives.
+    proto.handshake_writer = writer
+    pending = bytes(reader._buffer) if getattr(reader, "_buffer", None) else b""  # noqa: SLF001
+    raw.set_protocol(proto)
+    if not raw.is_reading():
+        raw.resume_reading()
+    proto.feed_initial(leftover + pending)
+    if reader.at_eof():
+        proto.eof_received()
+    return proto.reader, proto.writer

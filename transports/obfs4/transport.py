@@ -1,0 +1,235 @@
+"""The obfs4 transport: client and server factories over the layers of this package.
+
+Probe resistance, stricter than obfs4proxy's. obfs4proxy closes every
+unauthenticated connection with a FIN at one per-bridge time in [30, 90) s,
+which is the signature Frolov et al. use to find obfs4 bridges. Our server:
+
+- never sends a byte to a peer that has not proved knowledge of the bridge's
+  cert (no handshake, a bad MAC, a replayed handshake, trailing bytes: all the same);
+- reads and discards whatever such a peer sends, without any size or
+  content threshold;
+- closes only when the peer closes, or at ``unauth_timeout_s`` (300 s by
+  default) plus a per-connection random jitter of up to ``unauth_jitter_s``,
+  so no two probes see the same close time and none sees one in 300 s;
+- keeps at most ``max_unauthenticated`` such connections; past the cap the
+  oldest one is closed (documented: a cap keeps a flood from exhausting the
+  server, and under a flood the close time is no longer a per-bridge constant).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base import ClientFactory, ServerFactory, Streams, Transport, TransportError
+from .drbg import DrbgSeed
+from .elligator2 import Keypair, new_keypair, public_key_from_private
+from .framing import Decoder, Encoder
+from .handshake import (
+    MAX_HANDSHAKE_LENGTH,
+    ClientHandshake,
+    HandshakeError,
+    ServerKey,
+    parse_client_hello,
+    server_response,
+)
+from .ntor import derive_session_keys
+from .packet import PacketEncoder
+from .replayfilter import ReplayFilter
+from .session import Shaping, attach
+from .statefile import ClientArgs, ServerState, load_or_create
+
+CLIENT_HANDSHAKE_TIMEOUT_S = 60.0  # obfs4proxy's, covering dial and handshake
+READ_SIZE = 8192
+
+
+class Obfs4ClientFactory:
+    """Dials obfs4 bridges with one (node id, identity key, iat-mode)."""
+
+    def __init__(self, node_id: bytes, id_public: bytes, iat_mode: int,
+                 timeout_s: float = CLIENT_HANDSHAKE_TIMEOUT_S) -> None:
+        self.node_id, self.id_public, self.iat_mode = node_id, id_public, iat_mode
+        self.timeout_s = timeout_s
+
+    async def dial(self, host: str, port: int) -> Streams:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
+                try:
+                    return await self._handshake(reader, writer)
+                except BaseException:
+                    writer.close()
+                    raise
+        except TimeoutError:
+            raise TransportError(f"obfs4 handshake with {host}:{port} timed out") from None
+        except asyncio.IncompleteReadError:
+            raise TransportError(f"obfs4 bridge {host}:{port} closed during the handshake") \
+                from None
+
+    async def _handshake(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> Streams:
+        hs = ClientHandshake(self.node_id, self.id_public, new_keypair(elligator=True))
+        writer.write(hs.generate())
+        await writer.drain()
+        buf = bytearray()
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise TransportError("obfs4 bridge closed during the handshake")
+            buf += data
+            try:
+                done = hs.parse_server_response(bytes(buf))
+            except HandshakeError as exc:
+                raise TransportError(f"obfs4 handshake failed: {exc}") from None
+            if done is not None:
+                break
+        consumed, key_seed = done
+        c2s, s2c = derive_session_keys(key_seed)
+        # Until the server's PRNG seed arrives, shape with a seed of our own.
+        shaping = Shaping.from_seed(bytes(DrbgSeed.new()), self.iat_mode)
+        return attach(reader, writer, bytes(buf[consumed:]), Encoder(c2s), Decoder(s2c),
+                      shaping, is_server=False)
+
+
+@dataclass
+class ServerPolicy:
+    """The server's timers and limits (all parameters, so tests run them short)."""
+
+    handshake_timeout_s: float = 60.0
+    unauth_timeout_s: float = 300.0
+    unauth_jitter_s: float = 60.0
+    max_unauthenticated: int = 4096
+
+
+class Obfs4ServerFactory:
+    """Accepts obfs4 for any of a set of server keys; silent to everyone else."""
+
+    def __init__(self, keys: Sequence[ServerKey], drbg_seed: bytes, iat_mode: int,
+                 policy: ServerPolicy | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not keys:
+            raise TransportError("obfs4 server needs at least one key")
+        self.keys = list(keys)
+        self.len_seed = bytes(drbg_seed)
+        self.iat_mode = iat_mode
+        self.policy = policy or ServerPolicy()
+        self.clock = clock
+        self.replay = ReplayFilter()
+        self.unauthenticated: collections.OrderedDict[int, asyncio.StreamWriter] = \
+            collections.OrderedDict()
+        self.failures = collections.Counter()
+        self.state: ServerState | None = None
+
+    def smethod_args(self) -> dict[str, str]:
+        if self.state is None:
+            return {}
+        return {"cert": self.state.cert, "iat-mode": str(self.iat_mode)}
+
+    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
+        start = asyncio.get_running_loop().time()
+        token = id(writer)
+        self._admit(token, writer)
+        try:
+            try:
+                hello, buf = await asyncio.wait_for(self._read_hello(reader),
+                                                    self.policy.handshake_timeout_s)
+            except (HandshakeError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                reason = type(exc).__name__ if not str(exc) else str(exc)
+                self.failures[reason.split(":")[0]] += 1
+                await self._stay_silent(reader, writer, start)
+                raise TransportError(f"obfs4 handshake failed: {reason}") from None
+        finally:
+            self.unauthenticated.pop(token, None)
+        response, key_seed = server_response(hello)
+        c2s, s2c = derive_session_keys(key_seed)
+        enc = Encoder(s2c)
+        # The response and our PRNG seed go out in one write, as obfs4proxy's do.
+        writer.write(response + PacketEncoder(enc).encode_seed(self.len_seed))
+        shaping = Shaping.from_seed(self.len_seed, self.iat_mode)
+        return attach(reader, writer, bytes(buf[hello.consumed:]), enc, Decoder(c2s),
+                      shaping, is_server=True)
+
+    async def _read_hello(self, reader: asyncio.StreamReader):
+        buf = bytearray()
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise HandshakeError("EOF before a valid handshake")
+            buf += data
+            hello = parse_client_hello(bytes(buf), self.keys, self.clock(), self.replay)
+            if hello is not None:
+                return hello, buf
+            if len(buf) > MAX_HANDSHAKE_LENGTH:
+                raise HandshakeError("no valid mark in the maximum handshake length")
+
+    def _admit(self, token: int, writer: asyncio.StreamWriter) -> None:
+        while len(self.unauthenticated) >= self.policy.max_unauthenticated:
+            _, oldest = self.unauthenticated.popitem(last=False)
+            oldest.close()
+        self.unauthenticated[token] = writer
+
+    async def _stay_silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           start: float) -> None:
+        """Discard everything until the peer closes or the (jittered) deadline passes."""
+        loop = asyncio.get_running_loop()
+        deadline = start + self.policy.unauth_timeout_s + \
+            random.uniform(0, self.policy.unauth_jitter_s)
+        with contextlib.suppress(Exception):
+            while not writer.is_closing():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), left)
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+        writer.close()
+
+
+class Obfs4(Transport):
+    """obfs4, registered as ``obfs4``."""
+
+    def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
+        try:
+            parsed = ClientArgs.parse(args)
+        except ValueError as exc:
+            raise TransportError(f"obfs4 client arguments: {exc}") from None
+        return Obfs4ClientFactory(parsed.node_id, parsed.public_key, parsed.iat_mode)
+
+    def server_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ServerFactory:
+        if state_dir is None:
+            raise TransportError("obfs4 server needs a state directory")
+        iat = args.get("iat-mode")
+        try:
+            state = load_or_create(state_dir, iat_mode=int(iat) if iat is not None else None)
+        except ValueError as exc:
+            raise TransportError(f"obfs4 server state: {exc}") from None
+        identity = Keypair(state.identity_private,
+                           public_key_from_private(state.identity_private))
+        factory = Obfs4ServerFactory([ServerKey(state.node_id, identity)], state.drbg_seed,
+                                     state.iat_mode, server_policy(args))
+        factory.state = state
+        return factory
+
+
+def server_policy(args: Mapping[str, str]) -> ServerPolicy:
+    """Timers from server options (ptlab-only keys; obfs4proxy ignores unknown ones)."""
+    pol = ServerPolicy()
+    for key, attr in (("unauth-timeout", "unauth_timeout_s"), ("unauth-jitter", "unauth_jitter_s"),
+                      ("handshake-timeout", "handshake_timeout_s")):
+        if key in args:
+            setattr(pol, attr, float(args[key]))
+    if "max-unauthenticated" in args:
+        pol.max_unauthenticated = int(args["max-unauthenticated"])
+    return pol
+
+
+TRANSPORT = Obfs4("obfs4")
