@@ -1,0 +1,92 @@
+"""Lab plugins for transports run in Tor PT managed mode: ours and real peers alike.
+
+Each side runs under :mod:`ptlab.ptparent`, which plays tor's parent role and
+publishes the PT's SOCKS port (client) or bridge ARGS (server). The ``obfs4``
+row runs our obfs4 through ``python -m transports.pt``; the ``obfs4proxy``
+row runs Debian's obfs4proxy in the same slots, so the two are compared on
+equal terms and either side can be swapped for the other.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any
+
+from .base import CellContext, Endpoint, LabPlugin, Service
+
+BRIDGE_PORT = 9002
+
+
+class ManagedPTPlugin(LabPlugin):
+    """One transport; each side is one of `implementations` (a PT command).
+
+    Options: ``iat_mode`` (0, 1, 2), and ``client`` / ``server`` naming the
+    implementation of each side, so ``[transports.obfs4] client = "obfs4proxy"``
+    is an interop run (obfs4proxy's client against our server).
+    """
+
+    def __init__(self, name: str, transport: str, implementations: dict[str, list[str]],
+                 default: str, description: str) -> None:
+        self.name, self.transport, self.description = name, transport, description
+        self.implementations, self.default = implementations, default
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        known = {"iat_mode", "client", "server"}
+        unknown = set(options) - known
+        if unknown:
+            raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        if options.get("iat_mode", 0) not in (0, 1, 2):
+            raise ValueError("iat_mode must be 0, 1 or 2")
+        for side in ("client", "server"):
+            impl = options.get(side, self.default)
+            if impl not in self.implementations:
+                raise ValueError(f"{side}: unknown implementation {impl!r} "
+                                 f"(known: {', '.join(self.implementations)})")
+            binary = self.implementations[impl][0]
+            if shutil.which(binary) is None:
+                raise ValueError(f"{side}: needs {binary}, which is not installed "
+                                 f"(scripts/setup)")
+
+    def _cmd(self, ctx: CellContext, side: str) -> list[str]:
+        return self.implementations[ctx.options.get(side, self.default)]
+
+    def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
+        return ctx.py("ptlab.ptparent", role, "--transport", self.transport,
+                      "--state", str(ctx.workdir / f"{self.name}-{role}-state"),
+                      "--info", str(ctx.workdir / f"{self.name}-{role}.json"),
+                      *extra, "--", *cmd)
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        host, port = ctx.upstream
+        iat = ctx.options.get("iat_mode", 0)
+        argv = self._parent(ctx, "server", self._cmd(ctx, "server"),
+                            "--bind", f"0.0.0.0:{BRIDGE_PORT}", "--orport", f"{host}:{port}",
+                            "--option", f"iat-mode={iat}")
+        return [Service(f"{self.name}-server", "bridge", argv)]
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        return [Service(f"{self.name}-client", "client",
+                        self._parent(ctx, "client", self._cmd(ctx, "client")))]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        server = json.loads((ctx.workdir / f"{self.name}-server.json").read_text())
+        client = json.loads((ctx.workdir / f"{self.name}-client.json").read_text())
+        args = dict(server["methods"][0]["args"])
+        host, _, port = client["methods"][0]["addr"].rpartition(":")
+        return Endpoint(host, int(port), ctx.lab.addr("bridge"), BRIDGE_PORT, args)
+
+    def peer_binaries(self) -> list[str]:
+        return [cmd[0] for name, cmd in self.implementations.items() if name != "ptlab"]
+
+
+OBFS4_IMPLEMENTATIONS = {
+    "ptlab": [sys.executable, "-m", "transports.pt"],
+    "obfs4proxy": ["obfs4proxy"],
+}
+OBFS4 = ManagedPTPlugin("obfs4", "obfs4", OBFS4_IMPLEMENTATIONS, "ptlab",
+                        "ptlab's obfs4 in Tor PT managed mode (either side swappable)")
+OBFS4PROXY = ManagedPTPlugin("obfs4proxy", "obfs4", OBFS4_IMPLEMENTATIONS, "obfs4proxy",
+                             "Debian's obfs4proxy, the reference implementation")

@@ -1,0 +1,42 @@
+"""obfs4 rows in a real lab: ours, obfs4proxy, and each against the other."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ptlab import plugins
+
+needs_obfs4proxy = pytest.mark.skipif(shutil.which("obfs4proxy") is None,
+                                      reason="obfs4proxy is not installed")
+
+
+@pytest.mark.lab
+@needs_obfs4proxy
+@pytest.mark.parametrize("client, server", [
+    ("ptlab", "ptlab"), ("obfs4proxy", "ptlab"), ("ptlab", "obfs4proxy")])
+def test_obfs4_is_reachable_in_every_pairing(lab, client, server):
+    lab.spec.transports["obfs4"] = {"client": client, "server": server}
+    try:
+        row = lab.run_cell("obfs4", "none", bulk_size=2_000_000)
+    finally:
+        lab.spec.transports.pop("obfs4")
+    assert row.status == "reachable", row.error
+    assert row.goodput_mbps > 10
+
+
+@pytest.mark.lab
+def test_obfs4_under_the_blocklist_is_blocked(lab):
+    row = lab.run_cell("obfs4", "ip-blocklist")
+    assert row.status == "blocked" and row.detector == "ip_blocklist"
+
+
+def test_bad_options_are_named():
+    p = plugins.get("obfs4")
+    with pytest.raises(ValueError, match="iat_mode must be 0, 1 or 2"):
+        p.check_options({"iat_mode": 3})
+    with pytest.raises(ValueError, match="client: unknown implementation 'lyrebird'"):
+        p.check_options({"client": "lyrebird"})
+    with pytest.raises(ValueError, match="unknown option 'iat'"):
+        p.check_options({"iat": 1})
