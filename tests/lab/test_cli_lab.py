@@ -11,9 +11,29 @@ import pytest
 
 from netns import cleanup
 
-from .conftest import REPO, lab_traces, ptlab, spawn_ptlab
+from .conftest import lab_traces, ptlab, spawn_ptlab
 
 pytestmark = pytest.mark.lab
+
+
+WRONG_SPEC = """
+[experiment]
+name = "wrong"
+repetitions = 1
+[transports.direct]
+[censors.none]
+[censors.ip-blocklist]
+[workloads.benign]
+enabled = false
+[[expect]]
+transport = "direct"
+censor = "none"
+status = "reachable"
+[[expect]]
+transport = "direct"
+censor = "ip-blocklist"
+status = "reachable"
+"""
 
 
 def test_lab_up_status_exec_down():
@@ -40,9 +60,7 @@ def test_lab_up_status_exec_down():
 
 def test_run_exits_1_when_an_expectation_fails(tmp_path):
     spec = tmp_path / "wrong.toml"
-    spec.write_text((REPO / "experiments/default.toml").read_text().replace(
-        'censor = "ip-blocklist"\nstatus = "blocked"',
-        'censor = "ip-blocklist"\nstatus = "reachable"'))
+    spec.write_text(WRONG_SPEC)
     out = tmp_path / "res"
     proc = ptlab("run", str(spec), "--quick", "--results", str(out), timeout=180)
     assert proc.returncode == 1, proc.stderr
