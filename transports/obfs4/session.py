@@ -140,6 +140,7 @@ class Obfs4Protocol(asyncio.Protocol):
         self._pacer: asyncio.Task | None = None
         self.error: Exception | None = None
         self.handshake_writer: asyncio.StreamWriter | None = None
+        self._paced_paused = False
         self.app.connection_made(self.transport)
 
     # -- raw side --------------------------------------------------------------
@@ -167,7 +168,10 @@ class Obfs4Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._pacer:
             self._pacer.cancel()
-        self.app.connection_lost(exc or self.error)
+        # A forged or corrupted frame ends the session like an EOF: the
+        # application keeps every byte decoded before it. `self.error` keeps
+        # the reason for diagnostics (get_extra_info("obfs4").error).
+        self.app.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self.app.pause_writing()
@@ -192,6 +196,10 @@ class Obfs4Protocol(asyncio.Protocol):
             return
         self._chunks.append(wire)
         self.queued += len(wire)
+        high, _ = self.raw.get_write_buffer_limits()
+        if self.queued > high and not self._paced_paused:
+            self._paced_paused = True  # drain() waits until the pacer catches up
+            self.app.pause_writing()
         if self._pacer is None or self._pacer.done():
             self._pacer = self.loop.create_task(self._pace())
 
@@ -208,6 +216,7 @@ class Obfs4Protocol(asyncio.Protocol):
                 # resample when the padding overshoots (it needed two frames).
                 target = self.shaping.len_dist.sample()
                 if target == 0:
+                    await asyncio.sleep(0)  # resample, without starving the loop
                     continue
                 if len(buf) < target:
                     buf += self.enc.encode(b"", burst_pad_length(len(buf), target))
@@ -219,6 +228,9 @@ class Obfs4Protocol(asyncio.Protocol):
             out = bytes(buf[:n])
             del buf[:n]
             self.queued = max(0, self.queued - n)
+            if self._paced_paused and self.queued <= self.raw.get_write_buffer_limits()[0]:
+                self._paced_paused = False
+                self.app.resume_writing()
             if self.raw.is_closing():
                 return
             self.raw.write(out)

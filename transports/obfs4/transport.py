@@ -209,13 +209,18 @@ class Obfs4(Transport):
             raise TransportError("obfs4 server needs a state directory")
         iat = args.get("iat-mode")
         try:
-            state = load_or_create(state_dir, iat_mode=int(iat) if iat is not None else None)
+            state = load_or_create(state_dir, iat_mode=int(iat) if iat is not None else None,
+                                   args=args)
         except ValueError as exc:
             raise TransportError(f"obfs4 server state: {exc}") from None
         identity = Keypair(state.identity_private,
                            public_key_from_private(state.identity_private))
+        try:
+            policy = server_policy(args)
+        except ValueError as exc:
+            raise TransportError(f"obfs4 server options: {exc}") from None
         factory = Obfs4ServerFactory([ServerKey(state.node_id, identity)], state.drbg_seed,
-                                     state.iat_mode, server_policy(args))
+                                     state.iat_mode, policy)
         factory.state = state
         return factory
 
