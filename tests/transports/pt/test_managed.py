@@ -291,11 +291,13 @@ def test_debian_tor_launches_our_pt(tmp_path):
         f"DataDirectory {tmp_path / 'data'}\n"
         "UseBridges 1\n"
         "Bridge direct 127.0.0.1:9\n"
-        f"ClientTransportPlugin direct exec {sys.executable} -m transports.pt\n"
+        # `ptlab pt`, the console script, as a user's torrc would name it.
+        f"ClientTransportPlugin direct,obfs4 exec {Path(sys.executable).parent / 'ptlab'} pt\n"
         "SocksPort 0\nSandbox 0\nDisableNetwork 0\nLog info stdout\n")
     subprocess.run([ip, "netns", "add", ns], check=True)
     proc = reader = None
     want = {"registered": "Successfully registered transport direct",
+            "obfs4": "Successfully registered transport obfs4",
             "cmethod": "(CMETHOD direct socks5 127.0.0.1:",
             "connected": "conn_done_pt"}
     seen: dict[str, str] = {}
