@@ -35,6 +35,7 @@ from transports.obfs4.framing import (
     Decoder,
     Encoder,
     FramingError,
+    Runs,
 )
 
 PACKET_OVERHEAD: Final = 1 + 2  # type + length
@@ -48,6 +49,14 @@ PACKET_TYPE_PAYLOAD: Final = 0x00
 PACKET_TYPE_PRNG_SEED: Final = 0x01
 
 _pack_into = struct.pack_into
+# The header of a full payload packet, column by column (type, length high, length low).
+_PAYLOAD_TYPE: Final = bytes((PACKET_TYPE_PAYLOAD,))
+_FULL_LENGTH_HI: Final = bytes((MAX_PACKET_PAYLOAD_LENGTH >> 8,))
+_FULL_LENGTH_LO: Final = bytes((MAX_PACKET_PAYLOAD_LENGTH & 0xFF,))
+# Before every full payload: 18 bytes for the masked length and the tag (written
+# when sealing), then the packet header: type 0x00, payload length 1427.
+_FULL_FRAME_HEADER: Final = bytearray(FRAME_OVERHEAD) + bytes(
+    (PACKET_TYPE_PAYLOAD, MAX_PACKET_PAYLOAD_LENGTH >> 8, MAX_PACKET_PAYLOAD_LENGTH & 0xFF))
 
 
 class PacketError(FramingError):
@@ -82,6 +91,17 @@ def padding_packets(pad_len: int) -> list[bytes]:
     if pad_len > 0:
         return [make_packet(PACKET_TYPE_PAYLOAD, b"", MAX_PACKET_PADDING_LENGTH),
                 make_packet(PACKET_TYPE_PAYLOAD, b"", pad_len)]
+    return []
+
+
+def _padding_frame_lengths(pad_len: int) -> list[int]:
+    """Frame payload lengths (packet bytes) of :func:`padding_packets` ``(pad_len)``."""
+    if not 0 <= pad_len <= MAXIMUM_SEGMENT_LENGTH:
+        raise ValueError(f"padding length out of range: {pad_len}")
+    if pad_len > HEADER_LENGTH:
+        return [pad_len - FRAME_OVERHEAD]
+    if pad_len > 0:
+        return [MAXIMUM_FRAME_PAYLOAD_LENGTH, pad_len + PACKET_OVERHEAD]
     return []
 
 
@@ -138,26 +158,48 @@ class PacketEncoder:
 
     def encode(self, data: bytes, pad_len: int = 0) -> bytes:
         """Frames carrying ``data``, then ``pad_len`` wire bytes of padding (see module docs)."""
-        n_full, rest = divmod(len(data), MAX_PACKET_PAYLOAD_LENGTH)
+        return bytes(self.encode_into(data, pad_len))
+
+    def encode_into(self, data: bytes | bytearray | memoryview, pad_len: int = 0) -> bytearray:
+        """:meth:`encode` into a fresh ``bytearray`` (no final copy: the session's path).
+
+        The layout is one ``bytearray.join``: every frame is 18 bytes (masked
+        length and tag, overwritten when sealing) and a 3-byte packet header
+        before its payload, so the full 1427-byte payloads are joined with the
+        21 bytes of a full frame's header between them; the last element is the
+        short tail payload (its header is patched) followed by the padding
+        frames, which are all zeros until sealed.
+        """
+        size = len(data)
+        n_full, rest = divmod(size, MAX_PACKET_PAYLOAD_LENGTH)
         lengths = [MAXIMUM_FRAME_PAYLOAD_LENGTH] * n_full
         if rest:
             lengths.append(rest + PACKET_OVERHEAD)
-        n_data = len(lengths)
         if pad_len:
-            lengths.extend(len(p) for p in padding_packets(pad_len))
-        buf = bytearray(sum(lengths) + FRAME_OVERHEAD * len(lengths))
-        off = FRAME_OVERHEAD  # the first packet header, inside the first frame slot
-        pos = 0
+            pads = _padding_frame_lengths(pad_len)
+            lengths.extend(pads)
+            pad_wire = sum(pads) + FRAME_OVERHEAD * len(pads)
+        else:
+            pad_wire = 0
+        if not lengths:
+            return bytearray()
+        full_end = n_full * MAX_PACKET_PAYLOAD_LENGTH
         with memoryview(data) as view:  # released at once: data may be a caller's bytearray
-            for _ in range(n_data):
-                chunk = view[pos:pos + MAX_PACKET_PAYLOAD_LENGTH]
-                n = len(chunk)
-                _pack_into(">H", buf, off + 1, n)  # type byte 0x00 is already there
-                buf[off + PACKET_OVERHEAD:off + PACKET_OVERHEAD + n] = chunk
-                pos += n
-                off += n + PACKET_OVERHEAD + FRAME_OVERHEAD
+            parts: list = [b""]
+            parts += [view[i:i + MAX_PACKET_PAYLOAD_LENGTH]
+                      for i in range(0, full_end, MAX_PACKET_PAYLOAD_LENGTH)]
+            if rest:
+                parts.append(bytes(view[full_end:]) + bytes(pad_wire))
+            elif pad_wire:
+                parts.append(bytes(pad_wire - HEADER_LENGTH))
+            buf = _FULL_FRAME_HEADER.join(parts)
+            del parts
+        if rest or pad_wire:
+            # The last separator is the header of the tail frame (or of the first
+            # padding frame, an empty payload packet): fix its payload length.
+            _pack_into(">H", buf, n_full * MAXIMUM_SEGMENT_LENGTH + FRAME_OVERHEAD + 1, rest)
         self.encoder.seal_in_place(buf, lengths)
-        return bytes(buf)
+        return buf
 
     def encode_burst(self, data: bytes, target: int) -> bytes:
         """What obfs4proxy's ``Write`` sends for iat-mode 0/1: ``data``, padded once.
@@ -165,9 +207,13 @@ class PacketEncoder:
         ``target`` is a ``lenDist.sample()``; the padding makes the burst's last
         1448-byte segment ``target`` bytes long (:func:`burst_pad_length`).
         """
+        return bytes(self.encode_burst_into(data, target))
+
+    def encode_burst_into(self, data: bytes | bytearray | memoryview, target: int) -> bytearray:
+        """:meth:`encode_burst` into a fresh ``bytearray``."""
         n_frames = -(-len(data) // MAX_PACKET_PAYLOAD_LENGTH)
         burst = len(data) + HEADER_LENGTH * n_frames
-        return self.encode(data, burst_pad_length(burst, target))
+        return self.encode_into(data, burst_pad_length(burst, target))
 
     def encode_seed(self, seed: bytes) -> bytes:
         """The PRNG-seed frame (45 wire bytes), unpadded as the server sends it."""
@@ -197,12 +243,32 @@ class PacketDecoder:
             raise type(self._error)(str(self._error))
         try:
             try:
-                block, spans = self.decoder.feed_spans(data)
+                block, runs = self.decoder.feed_runs(data)
             except FramingError as err:
                 # A malformed packet before the bad frame is the first failure.
                 err.data, err.seeds = self._packets_from_frames(err.partial)
                 raise
-            return self._packets(block, spans)
+            return self._packets(block, runs)
+        except FramingError as err:
+            self._error = err
+            raise
+
+    def feed_buffer(self, buf: bytearray, end: int) -> tuple[int, bytes, list[bytes]]:
+        """:meth:`feed` for a caller-owned receive buffer (``Decoder.decode_in_place``).
+
+        Decodes ``buf[:end]`` in place and returns ``(consumed, data, seeds)``;
+        ``buf[consumed:end]`` must lead the next call's buffer. Errors as :meth:`feed`.
+        """
+        if self._error is not None:
+            raise type(self._error)(str(self._error))
+        try:
+            try:
+                consumed, runs = self.decoder.decode_in_place(buf, end)
+            except FramingError as err:
+                err.data, err.seeds = self._packets_from_frames(err.partial)
+                raise
+            data, seeds = self._packets(buf, runs)
+            return consumed, data, seeds
         except FramingError as err:
             self._error = err
             raise
@@ -210,35 +276,54 @@ class PacketDecoder:
     @classmethod
     def _packets_from_frames(cls, frames: list[bytes]) -> tuple[bytes, list[bytes]]:
         block = bytearray()
-        spans = []
+        runs = []
         for frame in frames:
-            spans.append((len(block), len(block) + len(frame)))
+            runs.append((len(block), len(block) + len(frame), 1))
             block += frame
-        return cls._packets(block, spans)
+        return cls._packets(block, runs)
 
     @staticmethod
-    def _packets(block: bytearray, spans: list[tuple[int, int]]) -> tuple[bytes, list[bytes]]:
+    def _packets(block: bytearray, runs: Runs) -> tuple[bytes, list[bytes]]:
+        """Application data and seeds of decoded frames (``Decoder.decode_in_place`` runs).
+
+        A run of full frames that are all full payload packets (the bulk case)
+        is checked with three strided slices and cut with one comprehension.
+        """
         view = memoryview(block)
         chunks: list[memoryview] = []
+        append = chunks.append
         seeds: list[bytes] = []
-        for start, end in spans:
-            size = end - start
-            if size < PACKET_OVERHEAD:
-                err = PacketError(f"packet: Invalid packet length: {size}")
-                err.data, err.seeds = b"".join(chunks), seeds
-                raise err
-            length = (block[start + 1] << 8) | block[start + 2]
-            if length > size - PACKET_OVERHEAD:
-                err = PacketError(f"packet: Invalid payload length: {length}")
-                err.data, err.seeds = b"".join(chunks), seeds
-                raise err
-            kind = block[start]
-            if kind == PACKET_TYPE_PAYLOAD:
-                if length:
-                    begin = start + PACKET_OVERHEAD
-                    chunks.append(view[begin:begin + length])
-            elif kind == PACKET_TYPE_PRNG_SEED and length == SEED_PACKET_PAYLOAD_LENGTH:
+        step = MAXIMUM_SEGMENT_LENGTH
+        for first, first_end, count in runs:
+            if count > 1:
+                last = first + (count - 1) * step
+                if (block[first:last + 1:step] == _PAYLOAD_TYPE * count
+                        and block[first + 1:last + 2:step] == _FULL_LENGTH_HI * count
+                        and block[first + 2:last + 3:step] == _FULL_LENGTH_LO * count):
+                    chunks += [view[b:b + MAX_PACKET_PAYLOAD_LENGTH]
+                               for b in range(first + PACKET_OVERHEAD, last + step, step)]
+                    continue
+                frames = zip(range(first, last + 1, step), range(first_end, last + step, step),
+                             strict=True)
+            else:
+                frames = ((first, first_end),)
+            for start, end in frames:
                 begin = start + PACKET_OVERHEAD
-                seeds.append(bytes(block[begin:begin + length]))
-            # Any other type is ignored, as obfs4proxy does.
+                if begin > end:
+                    err = PacketError(f"packet: Invalid packet length: {end - start}")
+                    err.data, err.seeds = b"".join(chunks), seeds
+                    raise err
+                length = (block[start + 1] << 8) | block[start + 2]
+                stop = begin + length
+                if stop > end:
+                    err = PacketError(f"packet: Invalid payload length: {length}")
+                    err.data, err.seeds = b"".join(chunks), seeds
+                    raise err
+                kind = block[start]
+                if kind == PACKET_TYPE_PAYLOAD:
+                    if length:
+                        append(view[begin:stop])
+                elif kind == PACKET_TYPE_PRNG_SEED and length == SEED_PACKET_PAYLOAD_LENGTH:
+                    seeds.append(bytes(block[begin:stop]))
+                # Any other type is ignored, as obfs4proxy does.
         return b"".join(chunks), seeds
