@@ -1,8 +1,14 @@
 """``python -m censor_sim --config FILE``: the censor process of the censor namespace.
 
-It installs the datapath for a profile, reports detections as JSON-line
-events while it runs (by watching the kernel's block counters), and on
-SIGTERM reports its final counters and CPU time, then removes its table.
+It installs the kernel datapath for a profile, binds the NFQUEUE queues that
+carry the first packets of undecided flows, runs the policy engine on them,
+injects forged packets, and reports every detection, action and probe as a
+JSON line. On SIGTERM it reports its final counters, CPU time and per-packet
+cost, then removes everything it installed.
+
+Config keys: ``profile``, ``overrides``, ``inside`` and ``outside`` (the
+censor's client-side and world-side interfaces; needed by profiles that
+inspect packets), ``seed``, and ``prober`` ("HOST:PORT" of the probe service).
 """
 
 from __future__ import annotations
@@ -10,13 +16,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from . import datapath
-from .profile import ProfileError, load_profile
+from . import datapath, packet
+from .actions import Verdict
+from .engine import Effects, Engine, unsupported
+from .injector import Injector
+from .profile import Profile, ProfileError, load_profile
 
 COMPONENT = "censor"
 
@@ -26,43 +37,204 @@ def emit(event: str, **fields: object) -> None:
     print(json.dumps(rec, default=str), flush=True)
 
 
+class LiveEffects(Effects):
+    """Side effects on the real kernel and prober, reported as events."""
+
+    def __init__(self, profile: Profile, prober: str | None) -> None:
+        super().__init__()
+        self.profile = profile
+        self.prober = prober
+        self.tasks: set[asyncio.Task] = set()
+
+    def event(self, name: str, **fields: Any) -> None:
+        emit(name, **fields)
+
+    def residual(self, key, seconds: float) -> None:
+        client, server, proto, port = key
+        datapath.add_residual(client, server, proto, port, seconds)
+
+    def block_server(self, server: str, port: int, proto: int = 6) -> None:
+        seconds = self.profile.actions.get("block_server", {}).get("seconds")
+        datapath.block_server(server, proto, port, seconds)
+        emit("block_server", server=server, port=port, seconds=seconds)
+
+    def probe(self, flow: dict[str, Any], first_payload: bytes, match) -> None:
+        if not self.prober:
+            emit("probe_skipped", flow=flow, reason="no prober configured")
+            return
+        task = asyncio.get_running_loop().create_task(self._probe(flow, first_payload))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _probe(self, flow: dict[str, Any], first_payload: bytes) -> None:
+        cfg = self.profile.prober
+        host, _, port = self.prober.rpartition(":")  # type: ignore[union-attr]
+        req = {"id": f"{flow['server']}:{flow['server_port']}", "host": flow["server"],
+               "port": flow["server_port"], "first_payload": first_payload.hex(),
+               "suites": cfg.get("suites", ["alice"]), "watch_s": cfg.get("watch_s", 10.0),
+               "delay_s": cfg.get("delay_s", 0.5)}
+        emit("probe_request", flow=flow, request={k: v for k, v in req.items()
+                                                  if k != "first_payload"})
+        try:
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            writer.write(json.dumps(req).encode() + b"\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), cfg.get("timeout_s", 120.0))
+            writer.close()
+            reply = json.loads(line)
+        except (OSError, ValueError, TimeoutError) as exc:
+            emit("probe_failed", flow=flow, error=str(exc))
+            return
+        label = reply.get("label")
+        emit("probe_verdict", flow=flow, label=label, answers_replay=reply.get("answers_replay"),
+             escalated=reply.get("escalated"), error=reply.get("error"))
+        if label in cfg.get("block_labels", []) or (
+                cfg.get("block_on_replay", False) and reply.get("answers_replay")):
+            self.block_server(flow["server"], flow["server_port"], flow["proto"])
+
+
+class QueueRunner:
+    """NFQUEUE → engine → verdicts, injections and per-packet accounting."""
+
+    def __init__(self, engine: Engine, on_path: bool) -> None:
+        self.engine = engine
+        self.on_path = on_path
+        self.injector = Injector()
+        self.queued = 0
+        self.busy_s = 0.0
+        self.errors = 0
+        self.queues: list[Any] = []
+
+    def bind(self) -> None:
+        from netfilterqueue import NetfilterQueue
+
+        for num, from_client in ((datapath.QUEUE_C2S, True), (datapath.QUEUE_S2C, False)):
+            q = NetfilterQueue()
+            q.bind(num, lambda p, fc=from_client: self.on_packet(p, fc), max_len=8192)
+            self.queues.append(q)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        for q in self.queues:
+            loop.add_reader(q.get_fd(), lambda q=q: q.run(block=False))
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        for q in self.queues:
+            loop.remove_reader(q.get_fd())
+            q.unbind()
+        self.injector.close()
+
+    def on_packet(self, nfpkt, from_client: bool) -> None:
+        t0 = time.perf_counter()
+        self.queued += 1
+        try:
+            pkt = packet.parse(nfpkt.get_payload())
+            if pkt is None:
+                nfpkt.accept()
+                return
+            if self.on_path:  # a tap: the real packet goes on, forgeries race it
+                nfpkt.accept()
+                v = self.engine.handle(pkt, from_client)
+                self._inject(v)
+                return
+            v = self.engine.handle(pkt, from_client)
+            self._inject(v)
+            self._verdict(nfpkt, v)
+        except Exception as exc:  # a censor bug must not wedge the queue
+            self.errors += 1
+            emit("error", error=f"{type(exc).__name__}: {exc}")
+            try:
+                nfpkt.accept()
+            except Exception:
+                pass
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    def _inject(self, v: Verdict) -> None:
+        for spec in v.inject:
+            self.injector.send(spec)
+
+    @staticmethod
+    def _verdict(nfpkt, v: Verdict) -> None:
+        mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
+        if v.drop and v.flow == "accept":
+            # Kernel state (a residual entry) already drops this packet in the
+            # post chain; accepting with the mark also offloads the flow.
+            nfpkt.set_mark(mark)
+            nfpkt.accept()
+        elif v.drop and v.flow != "drop":
+            nfpkt.drop()
+        else:
+            if mark:
+                nfpkt.set_mark(mark)
+            nfpkt.accept()
+
+
 async def run(config: dict, poll: float) -> None:
     profile = load_profile(config["profile"], config.get("overrides") or {})
-    if why := datapath.unsupported(profile):
+    if why := unsupported(profile):
         raise ProfileError(f"profile {profile.name}: {why}")
     blocklist = None
     if "ip_blocklist" in profile.detectors:
         blocklist = datapath.Blocklist.from_params(profile.detectors["ip_blocklist"])
-    datapath.install(blocklist)
-    stop = asyncio.Event()
+    dp = profile.datapath
+    on_path = dp.get("mode", "in-path") == "on-path"
+    effects = LiveEffects(profile, config.get("prober"))
+    engine = Engine(profile, clock=time.monotonic, rng=random.Random(config.get("seed", 0)),
+                    effects=effects, in_path=not on_path)
+    needs_queue = bool(engine.inspectors) or engine.geneva is not None
+    queue = None
+    if needs_queue:
+        if not config.get("inside") or not config.get("outside"):
+            raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
+                               "'inside' and 'outside' interfaces")
+        every = engine.geneva is not None or dp.get("every_packet", False)
+        queue = datapath.QueueConfig(config["inside"], config["outside"],
+                                     None if every else int(dp.get("inspect_packets", 12)))
+    throttle = None
+    if "throttle" in profile.actions:
+        t = profile.actions["throttle"]
+        rate = int(float(t.get("rate_kbps", 140)) * 1000 / 8)
+        throttle = datapath.Throttle(rate, int(t.get("burst_bytes", max(rate // 4, 3000))))
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    # CPU spent deciding flows, not starting the interpreter.
-    cpu_at_ready = time.process_time()
-    emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
-         blocklist=blocklist.__dict__ if blocklist else None)
-    fired: set[str] = set()
+    runner = QueueRunner(engine, on_path)
     try:
+        if queue is not None:
+            runner.bind()  # bind before the rules exist, so no packet meets an empty queue
+            runner.attach(loop)
+        datapath.install(blocklist, queue, throttle)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        cpu_at_ready = time.process_time()
+        emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
+             blocklist=blocklist.__dict__ if blocklist else None, mode=dp.get("mode", "in-path"),
+             queue=queue.__dict__ if queue else None, seed=config.get("seed", 0))
+        fired: set[str] = set()
         while not stop.is_set():
             counts = datapath.counters()
-            for name, (detector, action) in datapath.BLOCK_COUNTERS.items():
-                if name not in fired and counts.get(name, {}).get("packets", 0) > 0:
-                    fired.add(name)
-                    emit("detection", detector=detector, action=action)
+            if counts.get("blocklist_drop", {}).get("packets", 0) > 0 and not fired:
+                fired.add("blocklist_drop")
+                emit("detection", detector="ip_blocklist", actions=["drop"])
             try:
                 await asyncio.wait_for(stop.wait(), poll)
             except TimeoutError:
                 pass
         counts = datapath.counters()
-        emit("counters", counters=counts, cpu_s=round(time.process_time() - cpu_at_ready, 6))
+        per_pkt = runner.busy_s / runner.queued * 1e6 if runner.queued else None
+        emit("counters", counters=counts, cpu_s=round(time.process_time() - cpu_at_ready, 6),
+             queued=runner.queued, per_packet_us=round(per_pkt, 2) if per_pkt else None,
+             injected=runner.injector.sent, engine=engine.stats, errors=runner.errors)
     finally:
         datapath.remove()
+        if queue is not None:
+            runner.close(loop)
+        for t in list(effects.tasks):
+            t.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m censor_sim", description=__doc__)
-    p.add_argument("--config", required=True, help="JSON file: profile, overrides")
+    p.add_argument("--config", required=True, help="JSON file: profile, overrides, interfaces")
     p.add_argument("--poll", type=float, default=0.1, help="counter poll interval (s)")
     args = p.parse_args(argv)
     try:

@@ -1,10 +1,23 @@
-"""The censor's kernel datapath: one nftables table in the censor namespace.
+"""The censor's kernel datapath: what the kernel does so Python doesn't have to.
 
-The kernel forwards; blocking happens in the kernel. This module renders the
-table for a profile: counters that prove traffic crossed the censor, address
-blocklists as nft interval sets, and per-element-timeout sets for residual
-blocking. Userspace (NFQUEUE detectors, added by the censor issue) only sees
-the packets that decide a flow.
+The kernel forwards. Two pieces of state live in the censor's network namespace:
+
+* nft table ``inet ptlcensor``: counters that prove traffic crossed the censor;
+  static address blocklists (interval sets); residual blocking (sets with a
+  timeout per element, keyed on client, server, protocol, server port, and
+  matched only client→server, as the GFW's FET residual is); servers blocked
+  at run time (the prober's verdicts); and enforcement of flow decisions kept
+  in the conntrack mark: drop, or police to a rate (the TSPU throttle).
+* iptables-nft chain ``ptlcensor`` in the mangle table (this kernel has no nft
+  ``queue`` statement, so the xtables NFQUEUE target is used): the first
+  packets of each *undecided* flow (conntrack mark 0, at most ``inspect_packets``
+  packets by connbytes) go to userspace, on one queue per direction. A flow the
+  engine has decided is offloaded by conntrack mark, as OpenGFW does, so bulk
+  traffic never touches Python. Profiles that need every packet (Geneva's TCB
+  censors) drop the connbytes and mark conditions.
+
+Userspace sets the packet mark with its verdict; the ``post`` chain (after
+the queue) copies it into the conntrack mark and enforces it on that same packet.
 """
 
 from __future__ import annotations
@@ -15,33 +28,22 @@ import subprocess
 from dataclasses import dataclass, field
 
 TABLE = "ptlcensor"
-BLOCK_COUNTERS = {"blocklist_drop": ("ip_blocklist", "drop")}
+CHAIN = "ptlcensor"
+QUEUE_C2S, QUEUE_S2C = 10, 11
+MARK_MASK = 0xF0
+MARK_ACCEPT, MARK_DROP, MARK_THROTTLE = 0x10, 0x20, 0x40
+FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE}
+BLOCK_COUNTERS = {
+    "blocklist_drop": ("ip_blocklist", "drop"),
+    "residual_drop": ("residual", "drop"),
+    "flow_drop": ("flow", "drop"),
+    "server_drop": ("prober", "block_server"),
+    "throttle_drop": ("throttle", "police"),
+}
 
 
 class DatapathError(RuntimeError):
     pass
-
-
-# What this datapath can enforce today: (detector, action) pairs, always with
-# probability 1. The censor issue adds NFQUEUE detectors, RST, residual
-# blocking and throttling; until then a profile asking for them is refused
-# rather than silently run as something else.
-SUPPORTED_RULES = {("ip_blocklist", "drop")}
-SUPPORTED_DETECTORS = {detector for detector, _ in SUPPORTED_RULES}
-
-
-def unsupported(profile) -> str | None:
-    """Why this datapath cannot run `profile` as written, or None."""
-    for name in profile.detectors:
-        if name not in SUPPORTED_DETECTORS:
-            return f"detectors.{name}: not implemented by the datapath yet"
-    for i, rule in enumerate(profile.policy.get("rules", [])):
-        if (rule.get("detector"), rule.get("action")) not in SUPPORTED_RULES:
-            return (f"policy.rules[{i}]: {rule.get('detector')} -> {rule.get('action')} "
-                    f"is not implemented by the datapath yet")
-        if rule.get("probability", 1.0) != 1.0:
-            return f"policy.rules[{i}].probability: only 1.0 is implemented yet"
-    return None
 
 
 @dataclass
@@ -68,7 +70,24 @@ class Blocklist:
         return bl
 
 
-def ruleset(blocklist: Blocklist | None) -> str:
+@dataclass
+class QueueConfig:
+    """Which packets go to userspace. ``inspect_packets`` None means every packet."""
+
+    inside: str
+    outside: str
+    inspect_packets: int | None = 12
+
+
+@dataclass
+class Throttle:
+    """Per-flow, per-direction policing: packets over the rate are dropped."""
+
+    rate_bytes_s: int
+    burst_bytes: int
+
+
+def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> str:
     """The nft script for the censor table (replacing any previous one)."""
     def elements(xs: list[str]) -> str:
         return f" elements = {{ {', '.join(xs)} }};" if xs else ""
@@ -77,53 +96,169 @@ def ruleset(blocklist: Blocklist | None) -> str:
     ports = ", ".join(str(p) for p in bl.ports)
     dport = f" th dport {{ {ports} }}" if ports else ""
     sport = f" th sport {{ {ports} }}" if ports else ""
-    rules = [
+    pre = [
         "counter name forwarded",
         "ct state new counter name new_flows",
     ]
     if blocklist is not None:
-        rules += [
+        pre += [
             f"ip daddr @blocklist4{dport} counter name blocklist_drop drop",
             f"ip saddr @blocklist4{sport} counter name blocklist_drop drop",
             f"ip6 daddr @blocklist6{dport} counter name blocklist_drop drop",
             f"ip6 saddr @blocklist6{sport} counter name blocklist_drop drop",
         ]
-    body = "\n    ".join(rules)
+    pre += [
+        "ip daddr . meta l4proto . th dport @servers4 counter name server_drop drop",
+        "ip saddr . meta l4proto . th sport @servers4 counter name server_drop drop",
+        "ip6 daddr . meta l4proto . th dport @servers6 counter name server_drop drop",
+        "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
+    ]
+    post = [
+        f"meta mark & {MARK_MASK:#x} != 0 ct mark set meta mark",
+        # Residual blocking sits after the queue so the engine still sees new
+        # connection attempts (Iran's filter restarts its timer on them).
+        "ip saddr . ip daddr . meta l4proto . th dport @residual4 "
+        "counter name residual_drop drop",
+        "ip6 saddr . ip6 daddr . meta l4proto . th dport @residual6 "
+        "counter name residual_drop drop",
+        f"ct mark & {MARK_MASK:#x} == {MARK_DROP:#x} counter name flow_drop drop",
+    ]
+    if throttle is not None:
+        lim = (f"limit rate over {throttle.rate_bytes_s} bytes/second "
+               f"burst {throttle.burst_bytes} bytes")
+        post += [
+            f"ct mark & {MARK_MASK:#x} == {MARK_THROTTLE:#x} meta nfproto ipv4 update "
+            f"@police4 {{ ip saddr . ip daddr . meta l4proto . th sport . th dport {lim} }} "
+            "counter name throttle_drop drop",
+            f"ct mark & {MARK_MASK:#x} == {MARK_THROTTLE:#x} meta nfproto ipv6 update "
+            f"@police6 {{ ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport {lim} }} "
+            "counter name throttle_drop drop",
+        ]
+    counters = "\n  ".join(f"counter {n} {{}}" for n in ("forwarded", "new_flows", *BLOCK_COUNTERS))
+    res = "flags timeout;"
+    pre_rules = "\n    ".join(pre)
+    post_rules = "\n    ".join(post)
     return f"""table inet {TABLE}
 delete table inet {TABLE}
 table inet {TABLE} {{
-  counter forwarded {{}}
-  counter new_flows {{}}
-  counter blocklist_drop {{}}
+  {counters}
   set blocklist4 {{ type ipv4_addr; flags interval;{elements(bl.v4)} }}
   set blocklist6 {{ type ipv6_addr; flags interval;{elements(bl.v6)} }}
-  set residual4 {{ type ipv4_addr . ipv4_addr . inet_service; flags timeout; }}
-  set residual6 {{ type ipv6_addr . ipv6_addr . inet_service; flags timeout; }}
-  chain forward {{
-    type filter hook forward priority filter; policy accept;
-    {body}
+  set servers4 {{ type ipv4_addr . inet_proto . inet_service; {res} }}
+  set servers6 {{ type ipv6_addr . inet_proto . inet_service; {res} }}
+  set residual4 {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service; {res} }}
+  set residual6 {{ type ipv6_addr . ipv6_addr . inet_proto . inet_service; {res} }}
+  set police4 {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service;
+    flags dynamic,timeout; timeout 10m; }}
+  set police6 {{ type ipv6_addr . ipv6_addr . inet_proto . inet_service . inet_service;
+    flags dynamic,timeout; timeout 10m; }}
+  chain pre {{
+    type filter hook forward priority -200; policy accept;
+    {pre_rules}
+  }}
+  chain post {{
+    type filter hook forward priority -100; policy accept;
+    {post_rules}
   }}
 }}
 """
 
 
-def _nft(args: list[str], input: str | None = None) -> str:
+def queue_rules(q: QueueConfig) -> list[list[str]]:
+    """iptables arguments (after ``-t mangle``) for the queue chain."""
+    cond: list[str] = []
+    if q.inspect_packets is not None:
+        cond = ["-m", "connmark", "--mark", f"0/{MARK_MASK:#x}",
+                "-m", "connbytes", "--connbytes", f"0:{q.inspect_packets}",
+                "--connbytes-dir", "both", "--connbytes-mode", "packets"]
+    return [
+        ["-A", CHAIN, "-i", q.inside, *cond, "-j", "NFQUEUE", "--queue-num", str(QUEUE_C2S)],
+        ["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, "-j", "NFQUEUE",
+         "--queue-num", str(QUEUE_S2C)],
+    ]
+
+
+def _run(argv: list[str], input: str | None = None, check: bool = True) -> str:
     try:
-        proc = subprocess.run(["nft", *args], input=input, capture_output=True, text=True,
-                              timeout=10)
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=10)
     except FileNotFoundError as exc:
-        raise DatapathError("missing system tool 'nft' (Debian package nftables)") from exc
-    if proc.returncode != 0:
-        raise DatapathError(f"nft {' '.join(args)}: {proc.stderr.strip().splitlines()[-1:]}")
+        pkg = "nftables" if argv[0] == "nft" else "iptables"
+        raise DatapathError(f"missing system tool {argv[0]!r} (Debian package {pkg})") from exc
+    if check and proc.returncode != 0:
+        err = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        raise DatapathError(f"{' '.join(argv[:4])}…: {err}")
     return proc.stdout
 
 
-def install(blocklist: Blocklist | None) -> None:
-    _nft(["-f", "-"], input=ruleset(blocklist))
+def _nft(args: list[str], input: str | None = None) -> str:
+    return _run(["nft", *args], input=input)
+
+
+def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
+            throttle: Throttle | None = None) -> None:
+    _nft(["-f", "-"], input=ruleset(blocklist, throttle))
+    if queue is not None:
+        remove_queue()
+        for tool in ("iptables", "ip6tables"):
+            _run([tool, "-t", "mangle", "-N", CHAIN])
+            for rule in queue_rules(queue):
+                _run([tool, "-t", "mangle", *rule])
+            _run([tool, "-t", "mangle", "-I", "FORWARD", "-m", "comment", "--comment", CHAIN,
+                  "-j", CHAIN])
+
+
+def remove_queue() -> None:
+    for tool in ("iptables", "ip6tables"):
+        jump = [tool, "-t", "mangle", "-D", "FORWARD", "-m", "comment", "--comment", CHAIN,
+                "-j", CHAIN]
+        for _ in range(4):  # tolerate duplicates left by a crash
+            if subprocess.run(jump, capture_output=True).returncode != 0:
+                break
+        subprocess.run([tool, "-t", "mangle", "-F", CHAIN], capture_output=True)
+        subprocess.run([tool, "-t", "mangle", "-X", CHAIN], capture_output=True)
+        # iptables-nft created the mangle table for us; leave no empty table behind.
+        rules = subprocess.run([tool, "-t", "mangle", "-S"], capture_output=True, text=True)
+        if rules.returncode == 0 and all(line.startswith("-P ") and line.endswith(" ACCEPT")
+                                         for line in rules.stdout.splitlines()):
+            fam = "ip" if tool == "iptables" else "ip6"
+            subprocess.run(["nft", "delete", "table", fam, "mangle"], capture_output=True)
 
 
 def remove() -> None:
+    remove_queue()
     subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
+
+
+def _fam(addr: str) -> str:
+    return "4" if ipaddress.ip_address(addr).version == 4 else "6"
+
+
+def add_residual(client: str, server: str, proto: int, port: int, seconds: float,
+                 refresh: bool = True) -> None:
+    """Block client→server:port for `seconds`; an existing entry restarts its timer."""
+    elem = f"{{ {client} . {server} . {proto} . {port} timeout {max(int(seconds * 1000), 1)}ms }}"
+    bare = f"{{ {client} . {server} . {proto} . {port} }}"
+    s = f"residual{_fam(client)}"
+    script = f"add element inet {TABLE} {s} {elem}\n"
+    if refresh:  # add (so it exists), delete, add afresh: one atomic transaction
+        script += f"delete element inet {TABLE} {s} {bare}\nadd element inet {TABLE} {s} {elem}\n"
+    _nft(["-f", "-"], input=script)
+
+
+def block_server(server: str, proto: int, port: int, seconds: float | None = None) -> None:
+    timeout = f" timeout {int(seconds)}s" if seconds else ""
+    _nft(["add", "element", "inet", TABLE, f"servers{_fam(server)}",
+          f"{{ {server} . {proto} . {port}{timeout} }}"])
+
+
+def residual_elements() -> list[dict]:
+    out = []
+    for fam in ("4", "6"):
+        data = json.loads(_nft(["-j", "list", "set", "inet", TABLE, f"residual{fam}"]))
+        for item in data.get("nftables", []):
+            for el in (item.get("set") or {}).get("elem", []) or []:
+                out.append(el)
+    return out
 
 
 def counters() -> dict[str, dict[str, int]]:

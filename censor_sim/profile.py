@@ -20,7 +20,8 @@ from typing import Any
 
 TOP_KEYS = {"name", "description", "source", "detectors", "policy", "actions", "prober",
             "datapath"}
-KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "none"}
+KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "none", "probe", "inject_dns",
+                 "block_server"}
 
 
 class ProfileError(ValueError):
@@ -126,8 +127,10 @@ def _validate_policy(prof: Profile, base: str) -> None:
         where = f"{base}.policy.rules[{i}]"
         if rule.get("detector") not in prof.detectors:
             raise ProfileError(f"{where}.detector: no detector {rule.get('detector')!r}")
-        if rule.get("action") not in KNOWN_ACTIONS:
-            raise ProfileError(f"{where}.action: unknown action {rule.get('action')!r}")
+        acts = rule.get("action")
+        for act in acts if isinstance(acts, list) else [acts]:
+            if act not in KNOWN_ACTIONS:
+                raise ProfileError(f"{where}.action: unknown action {act!r}")
         p = rule.get("probability", 1.0)
         if not isinstance(p, int | float) or not 0 <= p <= 1:
             raise ProfileError(f"{where}.probability: must be between 0 and 1")

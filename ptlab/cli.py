@@ -143,6 +143,47 @@ def cmd_pt(args: argparse.Namespace) -> int:
     return managed_main([])
 
 
+# --- ptlab censor ------------------------------------------------------------
+
+def cmd_censor(args: argparse.Namespace) -> int:
+    """Run one censor profile on real interfaces, outside any lab (a VM router, say)."""
+    import asyncio
+    import json
+
+    from censor_sim.__main__ import run as run_censor
+    from censor_sim.datapath import DatapathError
+    from censor_sim.profile import ProfileError
+
+    require_root()
+    require_tools("nft", "iptables")
+    for iface in (args.inside, args.outside):
+        if not Path(f"/sys/class/net/{iface}").exists():
+            return _die(f"no interface {iface!r} in this network namespace")
+    if args.inside == args.outside:
+        return _die("--inside and --outside must be different interfaces")
+    try:
+        overrides = json.loads(args.set) if args.set else {}
+    except ValueError as exc:
+        return _die(f"--set: not JSON: {exc}")
+    if not isinstance(overrides, dict):
+        return _die("--set: expected a JSON object of profile overrides")
+    if Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() != "1":
+        print("ptlab: warning: net.ipv4.ip_forward is 0, so this host forwards nothing",
+              file=sys.stderr)
+    config = {"profile": args.profile, "overrides": overrides, "inside": args.inside,
+              "outside": args.outside, "seed": args.seed}
+    if args.prober:
+        config["prober"] = args.prober
+    _term_to_exit()
+    try:
+        asyncio.run(run_censor(config, poll=0.2))
+    except (ProfileError, DatapathError, ValueError) as exc:
+        return _die(f"censor: {exc}")
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -197,6 +238,20 @@ def build_parser() -> argparse.ArgumentParser:
                                     "with TOR_PT_* variables; every registered transport "
                                     "(direct, obfs4, ...) is offered.", add_help=True)
     pt.set_defaults(fn=cmd_pt)
+
+    cen = sub.add_parser("censor", help="run a censor profile on real interfaces",
+                         description="Run one censor profile on this host's interfaces "
+                                     "(for example on a VM router) until SIGINT/SIGTERM; "
+                                     "events go to stdout as JSON lines.")
+    cen.add_argument("--profile", required=True, help="profile name or path to a .toml")
+    cen.add_argument("--inside", required=True, help="interface toward the censored users")
+    cen.add_argument("--outside", required=True, help="interface toward the rest of the world")
+    cen.add_argument("--set", help='profile overrides as JSON, e.g. \'{"actions": '
+                                   '{"residual": {"seconds": [10]}}}\'')
+    cen.add_argument("--seed", type=int, default=0, help="seed of the censor's RNG")
+    cen.add_argument("--prober", help="HOST:PORT of a probe service (python -m "
+                                      "censor_sim.prober serve)")
+    cen.set_defaults(fn=cmd_censor)
 
     rep = sub.add_parser("report", help="render report.html for a results directory")
     rep.add_argument("results_dir")

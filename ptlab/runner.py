@@ -280,7 +280,9 @@ class LabRunner:
         prof = profiles.load_profile(profile_name, overrides)
         detectors = self._resolve_roles(prof.detectors)
         cfg = {"profile": profile_name, "overrides": {**overrides, "detectors": detectors}
-               if detectors else overrides}
+               if detectors else overrides,
+               "inside": self.lab.iface("censor", "client"),
+               "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
         cfg_path = cell_dir / "censor.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
         return self._start(run, Service("censor", "censor",

@@ -192,7 +192,7 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
 
 def _check_censor_columns(spec: Spec) -> None:
     """Apply each column's overrides now, so a typo fails before any lab is built."""
-    from censor_sim.datapath import unsupported
+    from censor_sim.engine import unsupported
     from censor_sim.profile import ProfileError, load_profile
 
     for column in spec.censors:

@@ -42,7 +42,7 @@ def test_ruleset_renders_blocklist_and_counters():
     text = ruleset(bl)
     assert "198.18.3.2/32" in text and "2001:db8:0:3::2/128" in text
     assert "counter name blocklist_drop drop" in text
-    assert "blocklist_drop" not in ruleset(None).split("chain forward")[1]
+    assert "blocklist_drop drop" not in ruleset(None).split("chain pre")[1]
 
 
 def test_blocklist_refuses_unresolved_roles_and_junk():

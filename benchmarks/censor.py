@@ -1,0 +1,231 @@
+"""Censor capacity, measured side by side in one run.
+
+1. **Forwarding throughput** through the censor router with iperf3 (client
+   node → bridge node), censor off against censor on, for ``ip-blocklist``
+   (blocking another address, so the flow passes the sets) and
+   ``gfw-fet-2021`` (the flow is queued, classified exempt and offloaded by
+   conntrack mark). Target ratio on ÷ off ≥ 0.9 (ARCHITECTURE.md §4).
+2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
+   HTTP detectors, and the whole engine (4-packet flows), over a corpus of
+   recorded first packets. Target ≥ 5,000 flows/s.
+3. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
+   random bytes, echo, close) as fast as one client can make them, censor off
+   against ``gfw-fet-2021`` with p = 0 (every flow fully inspected, none
+   blocked), and the censor's own per-packet cost from its counters.
+
+Run: ``.venv/bin/python benchmarks/censor.py [--seconds 5]`` as root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from netns.lab import Lab  # noqa: E402
+from netns.nsenter import ns_socket  # noqa: E402
+from netns.process import LabProcess  # noqa: E402
+from netns.topology import default_topology  # noqa: E402
+
+
+def iperf(lab: Lab, seconds: float) -> float:
+    out = subprocess.run(["ip", "netns", "exec", lab.ns("client"), "iperf3", "-c",
+                          lab.addr("bridge"), "-t", str(seconds), "-J"],
+                         capture_output=True, text=True, timeout=seconds + 30)
+    data = json.loads(out.stdout)
+    return data["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def start_censor(lab: Lab, tmp: Path, profile: str, overrides: dict) -> LabProcess:
+    cfg = tmp / f"{profile}.json"
+    cfg.write_text(json.dumps({"profile": profile, "overrides": overrides,
+                               "inside": lab.iface("censor", "client"),
+                               "outside": lab.iface("censor", "inet"), "seed": 1}))
+    p = LabProcess(lab.ns("censor"), [sys.executable, "-m", "censor_sim", "--config", str(cfg)],
+                   "censor", tmp / f"{profile}.log").start()
+    p.wait_log('"event": "ready"', timeout=20)
+    return p
+
+
+def final_counters(p: LabProcess) -> dict:
+    p.stop(timeout=5)
+    for line in reversed(p.log_text().splitlines()):
+        if '"event": "counters"' in line:
+            return json.loads(line)
+    return {}
+
+
+def corpus(n: int) -> list[bytes]:
+    """First client payloads: random, TLS ClientHellos (Python's ssl), HTTP, SSH."""
+    rng = random.Random(1)
+    hellos = []
+    for i in range(20):
+        ctx = ssl.create_default_context()
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        obj = ctx.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO(),
+                           server_hostname=f"host{i}.example.com")
+        try:
+            obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hellos.append(out.read())
+    out_list: list[bytes] = []
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            out_list.append(rng.randbytes(rng.randrange(40, 1400)))
+        elif kind == 1:
+            out_list.append(hellos[i % len(hellos)])
+        elif kind == 2:
+            out_list.append(f"GET /p{i} HTTP/1.1\r\nHost: h{i}.lab\r\n\r\n".encode())
+        else:
+            out_list.append(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    return out_list
+
+
+def classifier_rates(n: int = 20000) -> dict[str, float]:
+    from censor_sim import packet
+    from censor_sim.detectors import NeedMore, fet, http, tls
+    from censor_sim.engine import Engine
+    from censor_sim.profile import load_profile
+
+    data = corpus(n)
+    rates: dict[str, float] = {}
+    t = time.perf_counter()
+    for d in data:
+        fet.exemption(d)
+    rates["fet"] = n / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for d in data:
+        try:
+            h = tls.parse_client_hello(d)
+            if h is not None:
+                tls.ja3(h), tls.ja4(h)
+        except NeedMore:
+            pass
+    rates["tls+ja3+ja4"] = n / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for d in data:
+        try:
+            http.parse_request(d)
+        except NeedMore:
+            pass
+    rates["http"] = n / (time.perf_counter() - t)
+    for prof in ("gfw-fet-2021", "sni-blocklist", "gfw-keyword"):
+        eng = Engine(load_profile(prof, {"policy": {"rules": []}}),
+                     clock=time.monotonic, rng=random.Random(1))
+        pkts = []
+        for i, d in enumerate(data):
+            c, s, cp = "198.18.0.2", "198.18.5.2", 10000 + i % 50000
+            mk = packet.Packet
+            pkts.append([
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 1, 0, packet.SYN, 5), True),
+                (mk(b"", 4, s, c, 6, 64, 0, 20, 443, cp, 9, 2, packet.SYN | packet.ACK, 5), False),
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 2, 10, packet.ACK, 5), True),
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 2, 10, packet.ACK | packet.PSH, 5,
+                    payload=d), True),
+            ])
+        t = time.perf_counter()
+        for flow in pkts:
+            for p, fc in flow:
+                eng.handle(p, fc)
+        rates[f"engine:{prof}"] = n / (time.perf_counter() - t)
+    return rates
+
+
+def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
+    """Short echo connections per second from the client node to the bridge node."""
+    stop = threading.Event()
+    srv = ns_socket(lab.ns("bridge"))
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((lab.addr("bridge"), port))
+    srv.listen(512)
+    srv.settimeout(0.2)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            with c:
+                try:
+                    c.sendall(c.recv(4096))
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    rng = random.Random(2)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        s = ns_socket(lab.ns("client"))
+        s.settimeout(2)
+        try:
+            s.connect((lab.addr("bridge"), port))
+            s.sendall(rng.randbytes(64))
+            s.recv(4096)
+            n += 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+    rate = n / (time.monotonic() - t0)
+    stop.set()
+    srv.close()
+    return rate
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    print("classifier throughput (flows/s, offline, one core):")
+    for k, v in classifier_rates().items():
+        print(f"  {k:28s} {v:10.0f}")
+    with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        iperf_srv = LabProcess(lab.ns("bridge"), ["iperf3", "-s", "-B", lab.addr("bridge")],
+                               "iperf3", tmp / "iperf3.log").start()
+        time.sleep(0.5)
+        try:
+            print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s each):")
+            off = iperf(lab, args.seconds)
+            print(f"  censor off                   {off:10.0f} Mbit/s")
+            cases = {
+                "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
+                    "addresses": ["198.19.255.1"]}}}),
+                "gfw-fet-2021": ("gfw-fet-2021", {}),
+            }
+            for label, (prof, over) in cases.items():
+                c = start_censor(lab, tmp, prof, over)
+                on = iperf(lab, args.seconds)
+                final_counters(c)
+                print(f"  {label:28s} {on:10.0f} Mbit/s   on/off = {on / off:.3f}")
+            print(f"\nnew flows through the router ({args.seconds:.0f} s each, one client):")
+            off_rate = flow_rate(lab, args.seconds)
+            print(f"  censor off                   {off_rate:10.0f} flows/s")
+            c = start_censor(lab, tmp, "gfw-fet-2021", {"policy": {"rules": [
+                {"detector": "fet", "action": "residual", "probability": 0.0}]}})
+            on_rate = flow_rate(lab, args.seconds, port=7301)
+            fin = final_counters(c)
+            print(f"  gfw-fet-2021 (p=0, all inspected) {on_rate:6.0f} flows/s   "
+                  f"on/off = {on_rate / off_rate:.3f}")
+            print(f"  queued packets {fin.get('queued')}, per-packet cost "
+                  f"{fin.get('per_packet_us')} µs, censor CPU {fin.get('cpu_s')} s")
+        finally:
+            iperf_srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""The censor's policy engine: packets in, verdicts and side effects out.
+
+It runs the profile's inspectors over each queued packet, applies the policy
+(which detection triggers which actions, with what probability per
+connection), and keeps the residual state. It has no I/O: time comes from an
+injectable clock, chance from a seeded RNG, and every side effect (kernel
+residual entries, probes, events) goes to an :class:`Effects` sink. Unit tests
+drive it with a fake clock; the censor process drives it from NFQUEUE.
+
+The kernel enforces what the engine decides for the rest of a flow (see
+``datapath``); the engine enforces the same state for packets it still sees,
+so both agree on what is blocked and for how long.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .actions import InjectTcp, InjectUdp, Verdict
+from .flows import Flow, FlowTable
+from .inspectors import DONE, INSPECTORS, Inspector, Match
+from .packet import ACK, TCP, UDP, Packet
+
+ResidualKey = tuple[str, str, int, int]  # client, server, proto, server port
+
+
+class Effects:
+    """Where the engine's side effects go. This default records them (tests)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.residuals: list[tuple[ResidualKey, float]] = []
+        self.probes: list[tuple[dict[str, Any], bytes]] = []
+        self.blocked_servers: list[tuple[str, int]] = []
+
+    def event(self, name: str, **fields: Any) -> None:
+        self.events.append({"event": name, **fields})
+
+    def residual(self, key: ResidualKey, seconds: float) -> None:
+        self.residuals.append((key, seconds))
+
+    def probe(self, flow: dict[str, Any], first_payload: bytes, match: Match) -> None:
+        self.probes.append((flow, first_payload))
+
+    def block_server(self, server: str, port: int) -> None:
+        self.blocked_servers.append((server, port))
+
+
+@dataclass
+class Rule:
+    detector: str
+    actions: list[str]
+    probability: float = 1.0
+
+
+@dataclass
+class Residual:
+    expires: float
+    refreshes: int = 0
+
+
+@dataclass
+class Engine:
+    """One profile's policy over a stream of packets."""
+
+    profile: Any
+    clock: Callable[[], float]
+    rng: random.Random
+    effects: Effects = field(default_factory=Effects)
+    in_path: bool = True
+
+    def __post_init__(self) -> None:
+        p = self.profile
+        self.inspectors: list[Inspector] = []
+        self.geneva = None
+        for name, params in p.detectors.items():
+            kind = params.get("kind", name)
+            if kind == "geneva":
+                from .detectors import geneva
+
+                gparams = {k: v for k, v in params.items()
+                           if k in ("keyword", "port", "censor_ip")}
+                if not gparams.get("port"):
+                    gparams["port"] = None
+                if isinstance(gparams.get("keyword"), str):
+                    gparams["keyword"] = gparams["keyword"].encode()
+                self.geneva = geneva.make(params["censor"], **gparams)
+            elif kind in INSPECTORS:
+                self.inspectors.append(INSPECTORS[kind](name, params))
+            elif kind != "ip_blocklist":  # enforced by the kernel alone
+                raise ValueError(f"detectors.{name}: unknown detector kind {kind!r}")
+        self.rules: dict[str, Rule] = {}
+        for r in p.policy.get("rules", []):
+            acts = r["action"] if isinstance(r["action"], list) else [r["action"]]
+            self.rules[r["detector"]] = Rule(r["detector"], acts, float(r.get("probability", 1)))
+        self.actions: dict[str, dict[str, Any]] = p.actions
+        dp = p.datapath
+        self.flows = FlowTable(self.clock, idle_s=float(dp.get("flow_idle_s", 120)),
+                               max_flows=int(dp.get("max_flows", 65536)))
+        self.residual: dict[ResidualKey, Residual] = {}
+        self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
+
+    # -- per packet -------------------------------------------------------------------
+
+    def handle(self, pkt: Packet, from_client: bool) -> Verdict:
+        """Decide one packet that came in on the client side (`from_client`) or not."""
+        self.stats["packets"] += 1
+        if self.geneva is not None:
+            return self._geneva(pkt)
+        if pkt.fragment or pkt.proto not in (6, 17):
+            return Verdict(flow="accept")
+        flow, c2s = self.flows.lookup(pkt, from_client)
+        if flow.packets == 0:
+            self.stats["flows"] += 1
+            if pkt.proto == TCP and not (c2s and pkt.pure_syn):
+                # Seen mid-stream (it began before the censor did, or its state
+                # expired): nothing trustworthy to judge its first payload by.
+                flow.decided = "accept"
+        self.flows.record(flow, pkt, c2s)
+        if c2s and (v := self._residual_check(flow, pkt)) is not None:
+            return v
+        if flow.decided is not None:
+            return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided)
+        pending = False
+        for insp in self.inspectors:
+            if insp.name in flow.done:
+                continue
+            if not insp.in_scope(flow):
+                flow.done.add(insp.name)
+                continue
+            res = insp.inspect(flow, pkt, c2s)
+            if res is None:
+                pending = True
+            elif res == DONE:
+                flow.done.add(insp.name)
+            else:
+                flow.done.add(insp.name)
+                v = self._matched(flow, pkt, c2s, res)
+                if v is not None:
+                    return v
+        if pending:
+            return Verdict()
+        flow.decided = "accept"
+        self.flows.release(flow)
+        return Verdict(flow="accept")
+
+    def _residual_check(self, flow: Flow, pkt: Packet) -> Verdict | None:
+        key = (flow.client, flow.server, flow.proto, flow.server_port)
+        entry = self.residual.get(key)
+        if entry is None:
+            return None
+        now = self.clock()
+        if now >= entry.expires:
+            del self.residual[key]
+            return None
+        cfg = self.actions.get("residual", {})
+        if cfg.get("refresh_on_new_flow") and pkt.pure_syn and flow.packets == 1:
+            seconds = self._residual_seconds()
+            entry.expires = now + seconds
+            entry.refreshes += 1
+            self.effects.residual(key, seconds)
+            self.effects.event("residual_refresh", flow=flow.to_json(), seconds=seconds)
+        return Verdict(drop=self.in_path)
+
+    def residual_active(self, key: ResidualKey) -> bool:
+        e = self.residual.get(key)
+        return e is not None and self.clock() < e.expires
+
+    # -- policy -----------------------------------------------------------------------
+
+    def _matched(self, flow: Flow, pkt: Packet, c2s: bool, m: Match) -> Verdict | None:
+        self.stats["detections"] += 1
+        rule = self.rules.get(m.detector)
+        acts = rule.actions if rule else ["none"]
+        fire = rule is not None and (rule.probability >= 1 or self.rng.random() < rule.probability)
+        self.effects.event("detection", detector=m.detector, flow=flow.to_json(),
+                           evidence=m.evidence, actions=acts if fire else [],
+                           probability=rule.probability if rule else None)
+        if not fire or acts == ["none"]:
+            return None  # a miss: other inspectors may still match
+        self.stats["actions"] += 1
+        verdict = Verdict()
+        for act in acts:
+            self._apply(act, flow, pkt, c2s, m, verdict)
+        if verdict.flow is None:
+            verdict.flow = "accept"
+        flow.decided = verdict.flow
+        if verdict.flow == "accept":
+            self.flows.release(flow)
+        self.effects.event("action", detector=m.detector, flow=flow.to_json(), actions=acts,
+                           drop=verdict.drop, flow_verdict=verdict.flow,
+                           injected=[i.to_json() for i in verdict.inject])
+        return verdict
+
+    def _apply(self, act: str, flow: Flow, pkt: Packet, c2s: bool, m: Match,
+               v: Verdict) -> None:
+        cfg = self.actions.get(act, {})
+        if act == "drop":
+            v.drop = self.in_path
+            v.flow = "drop"
+        elif act == "residual":
+            key = (flow.client, flow.server, flow.proto, flow.server_port)
+            seconds = self._residual_seconds()
+            self.residual[key] = Residual(self.clock() + seconds)
+            self.effects.residual(key, seconds)
+            v.drop = self.in_path and c2s
+            v.flow = v.flow or "accept"
+        elif act == "rst":
+            v.inject += rst_for(pkt, c2s, flow, cfg, dropped=v.drop)
+            if cfg.get("drop_trigger", False):
+                v.drop = self.in_path
+        elif act == "throttle":
+            v.flow = "throttle"
+        elif act == "inject_dns":
+            from .detectors import dns
+
+            # Forged answers race the real one over UDP; a DNS-over-TCP match
+            # gets the other actions of its rule (a RST, say) instead.
+            answer = (dns.forge_response(m.data, cfg.get("addresses", ["198.18.255.1"]),
+                                         int(cfg.get("ttl", 60)))
+                      if flow.proto == UDP and m.data else None)
+            if answer is not None:
+                v.inject.append(InjectUdp(flow.server, flow.client, flow.server_port,
+                                          flow.client_port, answer,
+                                          count=int(cfg.get("count", 1))))
+            if cfg.get("drop_query", False):
+                v.drop = self.in_path
+        elif act == "probe":
+            self.effects.probe(flow.to_json(), bytes(flow.c2s_payloads[0])
+                               if flow.c2s_payloads else b"", m)
+        elif act == "block_server":
+            self.effects.block_server(flow.server, flow.server_port)
+            v.drop = self.in_path
+            v.flow = "drop"
+        elif act != "none":
+            raise ValueError(f"unknown action {act!r}")
+
+    def _residual_seconds(self) -> float:
+        choices = self.actions.get("residual", {}).get("seconds", [180])
+        if isinstance(choices, int | float):
+            return float(choices)
+        return float(self.rng.choice(list(choices)))
+
+    # -- Geneva's every-packet censors ----------------------------------------------
+
+    def _geneva(self, pkt: Packet) -> Verdict:
+        assert self.geneva is not None
+        before = len(self.geneva.detections)
+        v = self.geneva.process(pkt)
+        for d in self.geneva.detections[before:]:
+            self.stats["detections"] += 1
+            self.effects.event("detection", detector="geneva", evidence=d)
+        if v.drop and not self.in_path:
+            v.drop = False
+        return v
+
+
+def rst_for(pkt: Packet, c2s: bool, flow: Flow, cfg: dict[str, Any],
+            dropped: bool) -> list[InjectTcp]:
+    """Forged RSTs for the flow of `pkt`, landing in each receiver's window."""
+    if pkt.proto != TCP:
+        return []
+    to = cfg.get("to", "both")
+    count = int(cfg.get("count", 3))
+    flags = cfg.get("flags", "R")
+    fields = {k: cfg[k] for k in ("window", "ttl") if k in cfg}
+    out: list[InjectTcp] = []
+    end = pkt.seq + (0 if dropped else len(pkt.payload))
+    # The sender of pkt expects pkt.ack next from its peer; the peer expects `end`.
+    if c2s:
+        to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
+                              seq=pkt.ack, ack=end, flags=flags, count=count, **fields)
+        to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
+                              seq=end, ack=pkt.ack, flags=flags, count=count, **fields)
+    else:
+        to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
+                              seq=end, ack=pkt.ack, flags=flags, count=count, **fields)
+        to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
+                              seq=pkt.ack, ack=end, flags=flags, count=count, **fields)
+    if not pkt.flags & ACK:
+        return []
+    if to in ("client", "both"):
+        out.append(to_client)
+    if to in ("server", "both"):
+        out.append(to_server)
+    return out
+
+
+def unsupported(profile: Any) -> str | None:
+    """Why `profile` cannot run as written (checked when a spec loads), or None."""
+    for i, rule in enumerate(profile.policy.get("rules", [])):
+        kind = profile.detectors.get(rule.get("detector"), {}).get("kind", rule.get("detector"))
+        if kind == "ip_blocklist":
+            # Static address blocking is the kernel's alone: no per-flow chance.
+            if rule.get("action") != "drop":
+                return (f"policy.rules[{i}]: ip_blocklist -> {rule.get('action')} is not "
+                        f"implemented (the kernel blocklist only drops)")
+            if rule.get("probability", 1.0) != 1.0:
+                return f"policy.rules[{i}].probability: only 1.0 is implemented for ip_blocklist"
+    if profile.datapath.get("mode", "in-path") not in ("in-path", "on-path"):
+        return "datapath.mode: must be 'in-path' or 'on-path'"
+    try:
+        Engine(profile, clock=lambda: 0.0, rng=random.Random(0))
+    except (ValueError, KeyError, TypeError) as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,133 @@
+"""The censor's flow table: per-connection state for the packets it inspects.
+
+A flow is oriented: its *client* is the side inside the censored network
+(the censor knows this from the interface a packet came in on), so detectors
+can ask for "the first client→server payload" as the GFW's FET rules do.
+State lives only while a flow is undecided or recently seen; it is dropped
+after ``idle_s`` without packets (on the injectable clock) and the table is
+capped, as a real middlebox's is.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .detectors.stats import FlowStats
+from .packet import Packet
+
+FlowKey = tuple[str, str, int, int, int]  # client, server, proto, client port, server port
+
+
+@dataclass
+class Flow:
+    key: FlowKey
+    first_seen: float
+    last_seen: float
+    stats: FlowStats
+    # Client→server / server→client payload bytes in arrival order, up to a cap;
+    # parsers that need more than one segment (a large ClientHello) read these.
+    c2s: bytearray = field(default_factory=bytearray)
+    s2c: bytearray = field(default_factory=bytearray)
+    c2s_payloads: list[bytes] = field(default_factory=list)
+    s2c_payloads: list[bytes] = field(default_factory=list)
+    packets: int = 0
+    # Per-detector scratch state and which detectors are finished with this flow.
+    state: dict[str, Any] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    decided: str | None = None
+
+    @property
+    def client(self) -> str:
+        return self.key[0]
+
+    @property
+    def server(self) -> str:
+        return self.key[1]
+
+    @property
+    def proto(self) -> int:
+        return self.key[2]
+
+    @property
+    def client_port(self) -> int:
+        return self.key[3]
+
+    @property
+    def server_port(self) -> int:
+        return self.key[4]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"client": self.client, "server": self.server, "proto": self.proto,
+                "client_port": self.client_port, "server_port": self.server_port}
+
+
+class FlowTable:
+    """Oriented flows keyed by 5-tuple, with idle expiry and a size cap."""
+
+    def __init__(self, clock: Callable[[], float], idle_s: float = 120.0,
+                 max_flows: int = 65536, buffer_cap: int = 65536,
+                 stats_packets: int = 30) -> None:
+        self.clock = clock
+        self.idle_s = idle_s
+        self.max_flows = max_flows
+        self.buffer_cap = buffer_cap
+        self.stats_packets = stats_packets
+        self._flows: OrderedDict[FlowKey, Flow] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def lookup(self, pkt: Packet, from_client: bool) -> tuple[Flow, bool]:
+        """The flow of `pkt` (created if new) and whether the packet is client→server."""
+        now = self.clock()
+        if from_client:
+            key = (pkt.src, pkt.dst, pkt.proto, pkt.sport, pkt.dport)
+        else:
+            key = (pkt.dst, pkt.src, pkt.proto, pkt.dport, pkt.sport)
+        flow = self._flows.get(key)
+        if flow is not None and now - flow.last_seen > self.idle_s:
+            del self._flows[key]
+            flow = None
+        if flow is None:
+            flow = Flow(key, now, now, FlowStats(self.stats_packets))
+            self._flows[key] = flow
+            self._expire(now)
+        else:
+            self._flows.move_to_end(key)
+        return flow, from_client
+
+    def record(self, flow: Flow, pkt: Packet, c2s: bool) -> None:
+        now = self.clock()
+        flow.last_seen = now
+        flow.packets += 1
+        flow.stats.add(1 if c2s else -1, len(pkt.payload), now - flow.first_seen)
+        if pkt.payload and flow.decided is None:
+            buf, chunks = (flow.c2s, flow.c2s_payloads) if c2s else (flow.s2c, flow.s2c_payloads)
+            if not chunks:
+                flow.stats.note_first_payload(1 if c2s else -1, pkt.payload)
+            if len(buf) < self.buffer_cap:
+                buf += pkt.payload[: self.buffer_cap - len(buf)]
+                chunks.append(pkt.payload)
+
+    def forget(self, flow: Flow) -> None:
+        self._flows.pop(flow.key, None)
+
+    def release(self, flow: Flow) -> None:
+        """Keep a decided flow's verdict (packets already queued behind the deciding
+        one still arrive) but free its buffers."""
+        flow.c2s = bytearray()
+        flow.s2c = bytearray()
+        flow.c2s_payloads = []
+        flow.s2c_payloads = []
+        flow.state.clear()
+
+    def _expire(self, now: float) -> None:
+        while self._flows:
+            key, oldest = next(iter(self._flows.items()))
+            if len(self._flows) > self.max_flows or now - oldest.last_seen > self.idle_s:
+                del self._flows[key]
+            else:
+                break

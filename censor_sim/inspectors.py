@@ -1,0 +1,252 @@
+"""Flow-level inspectors: the bridge from pure detectors to the engine.
+
+A detector module (``censor_sim.detectors.*``) answers questions about bytes.
+An inspector decides *when* to ask: which packets of which flows, how many
+segments to reassemble, and when to give up. Each returns, per packet:
+
+* ``None`` – undecided, show me more packets of this flow;
+* ``DONE`` – this flow does not match and never will;
+* a :class:`Match` – it matched, with the evidence for the event log.
+
+Every inspector takes ``servers`` (CIDRs the censor targets; empty = all),
+``ports`` (server ports; empty = all) and ``protocols``, because real
+censors scope their rules: the GFW's FET blocking hit only some data
+centres, Iran's filter only ports 53/80/443.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .detectors import NeedMore
+from .flows import Flow
+from .packet import TCP, UDP, Packet
+
+DONE = "done"
+
+
+@dataclass
+class Match:
+    detector: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    # Extra data an action needs (e.g. the DNS query to answer).
+    data: Any = None
+
+
+class Inspector:
+    """Base: scoping by server range, port and transport protocol."""
+
+    kind = ""
+    protocols: tuple[int, ...] = (TCP,)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        self.name = name
+        self.params = params
+        self.servers = [ipaddress.ip_network(s, strict=False) for s in params.get("servers", [])]
+        self.ports = set(params.get("ports", []))
+        self.max_packets = int(params.get("max_packets", 8))
+
+    def in_scope(self, flow: Flow) -> bool:
+        if flow.proto not in self.protocols:
+            return False
+        if self.ports and flow.server_port not in self.ports:
+            return False
+        if self.servers:
+            addr = ipaddress.ip_address(flow.server)
+            return any(addr in net for net in self.servers)
+        return True
+
+    def inspect(self, flow: Flow, pkt: Packet, c2s: bool) -> Match | str | None:
+        raise NotImplementedError
+
+
+class FetInspector(Inspector):
+    """GFW fully-encrypted-traffic rules (Wu et al. 2023) on the first c→s payload only."""
+
+    kind = "fet"
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import fet
+
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        first = flow.c2s_payloads[0]
+        rule = fet.exemption(first)
+        if rule is not None:
+            return DONE
+        return Match(self.name, {"rule": "not-exempt", **fet.features(first).to_json()})
+
+
+class StreamInspector(Inspector):
+    """Parses the client→server stream (reassembled across the first segments)."""
+
+    def parse(self, stream: bytes, flow: Flow) -> Match | str | None:
+        raise NotImplementedError
+
+    def inspect(self, flow, pkt, c2s):
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        try:
+            return self.parse(bytes(flow.c2s), flow) or DONE
+        except NeedMore:
+            return None if len(flow.c2s_payloads) < self.max_packets else DONE
+
+
+class HttpKeywordInspector(StreamInspector):
+    """Keywords in the HTTP request path or Host header (GFW; Rambert et al. 2021)."""
+
+    kind = "http_keyword"
+
+    def parse(self, stream, flow):
+        from .detectors import http
+
+        req = http.parse_request(stream)
+        if req is None:
+            return DONE
+        hit = http.keyword_match(req, self.params.get("keywords", []))
+        if hit is None:
+            return DONE
+        keyword, where = hit
+        return Match(self.name, {"keyword": keyword, "where": where, "host": req.host})
+
+
+class TlsInspector(StreamInspector):
+    """TLS ClientHello: SNI patterns and/or JA3/JA4 fingerprint blocklists."""
+
+    kind = "tls"
+
+    def parse(self, stream, flow):
+        from .detectors import tls
+
+        hello = tls.parse_client_hello(stream)
+        if hello is None:
+            return DONE
+        ev: dict[str, Any] = {"sni": hello.sni, "alpn": hello.alpn}
+        patterns = self.params.get("sni", [])
+        if patterns:
+            hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
+            if hit is not None:
+                return Match(self.name, {**ev, "matched": hit, "by": "sni"})
+        ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
+        if ja3s or ja4s:
+            j3, j4 = tls.ja3(hello), tls.ja4(hello, "t")
+            if j3 in ja3s or j4 in ja4s:
+                return Match(self.name, {**ev, "ja3": j3, "ja4": j4, "by": "fingerprint"})
+        if self.params.get("any_tls", False):
+            return Match(self.name, {**ev, "by": "any_tls"})
+        return DONE
+
+
+class QuicSniInspector(Inspector):
+    """The GFW's 2024 QUIC-SNI blocker: first datagram only, src port ≥ dst port."""
+
+    kind = "quic_sni"
+    protocols = (UDP,)
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import quic
+
+        if flow.packets > 1 or not c2s:  # only the first packet of a flow
+            return DONE
+        hit = quic.gfw2024_should_block(pkt.payload, pkt.sport, pkt.dport,
+                                        self.params.get("sni", []),
+                                        self.params.get("sni_mode", "suffix"))
+        if hit is None:
+            return DONE
+        return Match(self.name, {"matched": hit, "sport": pkt.sport, "dport": pkt.dport})
+
+
+class DtlsInspector(Inspector):
+    """Russia's byte rules against Snowflake's pion DTLS hellos (both directions)."""
+
+    kind = "dtls"
+    protocols = (UDP,)
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import dtls
+
+        if not pkt.payload:
+            return None
+        rules = self.params.get("rules", ["ru_2021_serverhello", "ru_2022_clienthello"])
+        for rule in rules:
+            if getattr(dtls, rule)(pkt.payload):
+                return Match(self.name, {"rule": rule, "direction": "c2s" if c2s else "s2c"})
+        return None if flow.packets < self.max_packets else DONE
+
+
+class DnsInspector(Inspector):
+    """DNS query names against a blocklist; the action injects a forged answer."""
+
+    kind = "dns"
+    protocols = (UDP, TCP)
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import dns
+
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        try:
+            q = (dns.parse_query(pkt.payload) if flow.proto == UDP
+                 else dns.parse_tcp_query(bytes(flow.c2s)))
+        except NeedMore:
+            return None
+        if q is None:
+            return DONE
+        hit = dns.qname_matches(q.qname, self.params.get("names", []),
+                                self.params.get("mode", "suffix"))
+        if hit is None:
+            return DONE if flow.proto == TCP else None
+        data = pkt.payload if flow.proto == UDP else None
+        return Match(self.name, {"qname": q.qname, "matched": hit}, data=data)
+
+
+class IranProtocolInspector(Inspector):
+    """Iran's 2020 protocol filter: the first two c→s data packets must be DNS, HTTP or TLS."""
+
+    kind = "iran_protocol"
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import iran
+
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        chunks = flow.c2s_payloads[:2]
+        proto = iran.classify(b"".join(chunks))
+        if proto is not None:
+            return DONE
+        if len(chunks) < 2 and self.params.get("wait_second_packet", False):
+            return None
+        return Match(self.name, {"first_bytes": chunks[0][:16].hex(), "packets": len(chunks)})
+
+
+class UnclassifiedInspector(Inspector):
+    """Range blocking: anything to the range that no protocol classifier recognises."""
+
+    kind = "unclassified"
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import iran
+
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        first = flow.c2s_payloads[0]
+        known = iran.classify(first) or _ssh_banner(first)
+        if known:
+            return DONE
+        return Match(self.name, {"first_bytes": first[:16].hex()})
+
+
+def _ssh_banner(data: bytes) -> str | None:
+    return "ssh" if data.startswith(b"SSH-2.0-") else None
+
+
+INSPECTORS: dict[str, type[Inspector]] = {
+    cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
+                              QuicSniInspector, DtlsInspector, DnsInspector,
+                              IranProtocolInspector, UnclassifiedInspector)
+}
+
+Factory = Callable[[str, dict[str, Any]], Inspector]

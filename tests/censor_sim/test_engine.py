@@ -1,0 +1,145 @@
+"""The policy engine on a fake clock and a seeded RNG: no network, no sleeping."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from censor_sim import packet
+from censor_sim.engine import Effects, Engine, unsupported
+from censor_sim.packet import ACK, PSH, SYN, Packet
+from censor_sim.profile import load_profile
+
+CLIENT, SERVER = "198.18.0.2", "198.18.5.2"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def tcp(src, dst, sport, dport, flags, payload=b"", seq=1000, ack=5000) -> Packet:
+    return Packet(b"", 4, src, dst, packet.TCP, 64, 0, 20, sport, dport, seq, ack, flags, 5,
+                  8192, 0, payload)
+
+
+def udp(src, dst, sport, dport, payload) -> Packet:
+    return Packet(b"", 4, src, dst, packet.UDP, 64, 0, 20, sport, dport, payload=payload)
+
+
+def connect(engine: Engine, cport: int, sport: int, first: bytes, server: str = SERVER):
+    """A handshake and one client payload; the verdict of the payload packet."""
+    v = engine.handle(tcp(CLIENT, server, cport, sport, SYN), True)
+    if v.drop:
+        return v
+    engine.handle(tcp(server, CLIENT, sport, cport, SYN | ACK), False)
+    engine.handle(tcp(CLIENT, server, cport, sport, ACK), True)
+    return engine.handle(tcp(CLIENT, server, cport, sport, PSH | ACK, first), True)
+
+
+def fet_engine(p: float = 0.263, seconds=(120, 180), seed: int = 1):
+    over = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probability": p}]},
+            "actions": {"residual": {"seconds": list(seconds)}}}
+    clock = Clock()
+    eng = Engine(load_profile("gfw-fet-2021", over), clock=clock, rng=random.Random(seed))
+    return eng, clock
+
+
+def test_fet_block_rate_matches_the_paper_over_1000_connections():
+    """censors.md §2.3/§9: random 50-byte first packets are blocked at
+    P(not exempt | 50) · 0.263 = 0.972 · 0.263, within the 3σ binomial band."""
+    eng, clock = fet_engine(seconds=(0.001,))
+    rng = random.Random(7)
+    n, blocked = 1000, 0
+    for i in range(n):
+        clock.t += 1  # every connection a fresh 3-tuple: residuals never overlap
+        v = connect(eng, 20000 + i, 10000 + i, rng.randbytes(50))
+        blocked += v.drop
+    p = 0.972 * 0.263
+    band = 3 * math.sqrt(p * (1 - p) / n)
+    assert abs(blocked / n - p) <= band, (blocked / n, p, band)
+
+
+def test_fet_connections_until_first_block_are_geometric():
+    """E[K] = 1/0.263 = 3.80 connections up to and including the first block."""
+    ks = []
+    for seed in range(300):
+        eng, clock = fet_engine(seed=seed, seconds=(0.001,))
+        rng = random.Random(seed)
+        for k in range(1, 200):
+            clock.t += 1
+            payload = rng.randbytes(300)
+            while _exempt(payload):
+                payload = rng.randbytes(300)
+            if connect(eng, 30000 + k, 443, payload).drop:
+                ks.append(k)
+                break
+    mean = sum(ks) / len(ks)
+    sd = math.sqrt((1 - 0.263) / 0.263**2 / len(ks))
+    assert abs(mean - 1 / 0.263) < 3 * sd, mean
+
+
+def _exempt(payload: bytes) -> bool:
+    from censor_sim.detectors import fet
+
+    return fet.exemption(payload) is not None
+
+
+def test_fet_residual_blocks_the_3_tuple_client_to_server_only():
+    eng, clock = fet_engine(p=1.0, seconds=(120,))
+    noise = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4  # popcount 4.0/byte
+    assert _exempt(noise) is False
+    v = connect(eng, 40000, 443, noise)
+    assert v.drop and eng.effects.residuals[-1] == ((CLIENT, SERVER, 6, 443), 120.0)
+    # The same 3-tuple, from a new client port: the SYN is dropped.
+    clock.t += 119
+    assert connect(eng, 40001, 443, b"GET / HTTP/1.1\r\n\r\n").drop
+    # Server→client packets of the 3-tuple pass.
+    assert not eng.handle(tcp(SERVER, CLIENT, 443, 40000, PSH | ACK, b"x" * 10), False).drop
+    # Another port on the same server, and UDP to the same port, are open.
+    assert not connect(eng, 40002, 8443, b"GET / HTTP/1.1\r\n\r\n").drop
+    assert not eng.handle(udp(CLIENT, SERVER, 40003, 443, noise), True).drop
+    # After 120 s the 3-tuple opens again.
+    clock.t += 2
+    assert not connect(eng, 40004, 443, b"GET / HTTP/1.1\r\n\r\n").drop
+
+
+def test_fet_exempt_first_packet_is_offloaded_and_never_blocked():
+    eng, _ = fet_engine(p=1.0)
+    v = connect(eng, 40000, 443, b"\x16\x03\x01" + bytes(range(200)))
+    assert not v.drop and v.flow == "accept"
+    assert not eng.effects.residuals
+
+
+def test_fet_looks_at_the_first_packet_only():
+    """censors.md §2.1: '\\x21' then 200 random bytes in a second packet is never blocked."""
+    eng, _ = fet_engine(p=1.0)
+    assert connect(eng, 40000, 443, b"\x21").flow == "accept"
+    rest = tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random.Random(1).randbytes(200))
+    assert not eng.handle(rest, True).drop
+
+
+def test_detections_are_events_with_evidence():
+    eng, _ = fet_engine(p=1.0)
+    connect(eng, 40000, 443, bytes([0x8f, 0x3a, 0x91, 0xc4] * 20))
+    det = [e for e in eng.effects.events if e["event"] == "detection"]
+    assert det and det[0]["detector"] == "fet" and "popcount_per_byte" in det[0]["evidence"]
+    assert det[0]["flow"] == {"client": CLIENT, "server": SERVER, "proto": 6,
+                              "client_port": 40000, "server_port": 443}
+
+
+def test_engine_rejects_unknown_detectors_when_the_spec_loads():
+    prof = load_profile("gfw-fet-2021")
+    prof.detectors["bogus"] = {}
+    assert "unknown detector kind" in unsupported(prof)
+    assert isinstance(Effects(), Effects)
+
+
+@pytest.mark.parametrize("name", ["none", "ip-blocklist", "gfw-fet-2021"])
+def test_shipped_profiles_are_runnable(name):
+    assert unsupported(load_profile(name)) is None
