@@ -249,6 +249,13 @@ def _results_table_html(rows: Sequence[Row]) -> str:
     body = []
     for r in rows:
         det = " → ".join(x for x in (r.detector, r.action) if x) or "—"
+        if r.time_to_detection_s is not None:
+            det += f" at {r.time_to_detection_s:.2f} s"
+        if sum(r.detections.values()) > 1:
+            det += " (" + ", ".join(f"{k} ×{v}" for k, v in sorted(r.detections.items())) + ")"
+        if r.probes_sent:
+            det += f"; {r.probes_sent} probes: " + ", ".join(
+                f"{k} ×{v}" for k, v in sorted(r.probe_verdicts.items()))
         met, met_cls = _met(r)
         detail = "; ".join(([r.error] if r.error else []) + r.notes)
         body.append(

@@ -100,6 +100,7 @@ class Row:
     detector: str | None = None
     time_to_detection_s: float | None = None
     action: str | None = None
+    detections: dict[str, int] = field(default_factory=dict)  # acted-on detections per detector
     probes_sent: int = 0
     probe_verdicts: dict[str, int] = field(default_factory=dict)
     benign_total: int = 0

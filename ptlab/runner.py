@@ -384,9 +384,20 @@ class LabRunner:
         events = [e for line in censor.log_text().splitlines()
                   if (e := parse_event_line(line))]
         for e in events:
-            if e["event"] == "detection" and row.detector is None:
-                row.detector, row.action = e.get("detector"), e.get("action")
-                row.time_to_detection_s = round(max(e["ts"] - t_client, 0.0), 3)
+            if e["event"] == "detection":
+                acts = e.get("actions") or ([e["action"]] if e.get("action") else [])
+                if not acts:  # detected, but the per-connection chance said no
+                    continue
+                det = e.get("detector") or "?"
+                row.detections[det] = row.detections.get(det, 0) + 1
+                if row.detector is None:
+                    row.detector, row.action = det, "+".join(acts)
+                    row.time_to_detection_s = round(max(e["ts"] - t_client, 0.0), 3)
+            if e["event"] == "probe_request":
+                row.probes_sent += 1
+            if e["event"] == "probe_verdict":
+                label = str(e.get("label"))
+                row.probe_verdicts[label] = row.probe_verdicts.get(label, 0) + 1
             if e["event"] == "counters":
                 row.censor_counters = {k: v["packets"] for k, v in e["counters"].items()}
                 flows = row.censor_counters.get("new_flows", 0)
