@@ -164,6 +164,8 @@ class QueueRunner:
         elif v.drop and v.flow != "drop":
             nfpkt.drop()
         else:
+            if v.passthrough:
+                mark |= datapath.MARK_PASS
             if mark:
                 nfpkt.set_mark(mark)
             nfpkt.accept()

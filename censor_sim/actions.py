@@ -70,6 +70,9 @@ class Verdict:
     drop: bool = False
     inject: list[InjectTcp | InjectUdp] = field(default_factory=list)
     flow: str | None = None
+    # This packet passes even though the residual entry its own verdict
+    # created would drop it (Iran's filter drops "every packet after the first").
+    passthrough: bool = False
 
     @classmethod
     def accept(cls) -> Verdict:

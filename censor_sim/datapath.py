@@ -30,8 +30,12 @@ from dataclasses import dataclass, field
 TABLE = "ptlcensor"
 CHAIN = "ptlcensor"
 QUEUE_C2S, QUEUE_S2C = 10, 11
-MARK_MASK = 0xF0
+MARK_MASK = 0x70
 MARK_ACCEPT, MARK_DROP, MARK_THROTTLE = 0x10, 0x20, 0x40
+# Packet-only bit (never saved to conntrack): let this one packet past the
+# residual set that its own verdict just filled (Iran's "after the first").
+MARK_PASS = 0x80
+FLOW_MASK = 0x70
 FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE}
 BLOCK_COUNTERS = {
     "blocklist_drop": ("ip_blocklist", "drop"),
@@ -114,7 +118,8 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> st
         "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
     ]
     post = [
-        f"meta mark & {MARK_MASK:#x} != 0 ct mark set meta mark",
+        f"meta mark & {MARK_MASK | MARK_PASS:#x} != 0 ct mark set meta mark & {FLOW_MASK:#x}",
+        f"meta mark & {MARK_PASS:#x} == {MARK_PASS:#x} accept",
         # Residual blocking sits after the queue so the engine still sees new
         # connection attempts (Iran's filter restarts its timer on them).
         "ip saddr . ip daddr . meta l4proto . th dport @residual4 "

@@ -206,7 +206,9 @@ class Engine:
             seconds = self._residual_seconds()
             self.residual[key] = Residual(self.clock() + seconds)
             self.effects.residual(key, seconds)
-            v.drop = self.in_path and c2s
+            # Iran's filter lets the deciding packet through and drops what follows.
+            v.drop = self.in_path and c2s and bool(cfg.get("drop_trigger", True))
+            v.passthrough = not v.drop
             v.flow = v.flow or "accept"
         elif act == "rst":
             v.inject += rst_for(pkt, c2s, flow, cfg, dropped=v.drop)

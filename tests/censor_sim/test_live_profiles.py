@@ -71,3 +71,28 @@ def test_ptlab_censor_rejects_bad_input(tmp_path):
     assert r.returncode == 2 and "no interface 'ptlnope0'" in r.stderr
     r = run("--profile", "none", "--inside", "lo", "--outside", "lo")
     assert r.returncode == 2 and "must be different" in r.stderr
+
+
+def test_iran_filter_blocks_random_443_for_the_configured_time_and_resets(
+        censor_lab, run_censor, echo, tcp):
+    srv = censor_lab.addr("bridge")
+    server = echo([443, 8443, 80])
+    censor = run_censor("iran-protocol-filter-2020",
+                        {"actions": {"residual": {"seconds": [2]}}})
+    rand = [bytes.fromhex("9d41c7e2") * 16, bytes.fromhex("5ab3") * 20]
+    assert tcp(srv, 8443, rand) == "ok"  # not a filtered port
+    assert tcp(srv, 80, [b"GET / HTTP/1.1\r\n" + b"x" * 20]) == "ok"  # HTTP passes
+    t0 = time.monotonic()
+    # The first packet gets through (its echo comes back); what follows does not.
+    assert tcp(srv, 443, rand, timeout=1.0) == "timeout"
+    got = b"".join(d for p, d in server.received if p == 443)
+    assert got.startswith(rand[0]) and rand[1] not in got
+    time.sleep(max(1.2 - (time.monotonic() - t0), 0))
+    assert tcp(srv, 443, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.6) == "connect-timeout"
+    # 2.4 s after the block: the original 2 s are over, but the attempt at 1.2 s
+    # restarted the timer, so the 3-tuple is still blocked (and restarts again).
+    time.sleep(max(2.4 - (time.monotonic() - t0), 0))
+    assert tcp(srv, 443, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.6) == "connect-timeout"
+    time.sleep(max(4.4 + 0.4 - (time.monotonic() - t0), 0))
+    assert tcp(srv, 443, [b"GET / HTTP/1.1\r\n\r\n"]) == "ok"
+    assert len(censor.events("residual_refresh")) >= 2
