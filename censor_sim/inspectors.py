@@ -168,13 +168,17 @@ class DtlsInspector(Inspector):
     def inspect(self, flow, pkt, c2s):
         from .detectors import dtls
 
-        if not pkt.payload:
+        if not pkt.payload or _is_stun(pkt.payload):
+            # WebRTC runs ICE checks (STUN) on the same 5-tuple before DTLS:
+            # they neither match nor use up the inspection budget.
             return None
         rules = self.params.get("rules", ["ru_2021_serverhello", "ru_2022_clienthello"])
         for rule in rules:
             if getattr(dtls, rule)(pkt.payload):
-                return Match(self.name, {"rule": rule, "direction": "c2s" if c2s else "s2c"})
-        return None if flow.packets < self.max_packets else DONE
+                return Match(self.name, {"rule": rule, "direction": "c2s" if c2s else "s2c",
+                                         "first_bytes": pkt.payload[:16].hex()})
+        seen = flow.state["dtls_packets"] = flow.state.get("dtls_packets", 0) + 1
+        return None if seen < self.max_packets else DONE
 
 
 class DnsInspector(Inspector):
@@ -237,6 +241,11 @@ class UnclassifiedInspector(Inspector):
         if known:
             return DONE
         return Match(self.name, {"first_bytes": first[:16].hex()})
+
+
+def _is_stun(data: bytes) -> bool:
+    """A STUN message (RFC 8489): top two bits 0 and the magic cookie at offset 4."""
+    return len(data) >= 20 and data[0] < 0x40 and data[4:8] == b"\x21\x12\xa4\x42"
 
 
 def _ssh_banner(data: bytes) -> str | None:

@@ -13,12 +13,13 @@ from .sh import require_tools
 class Capture:
     """tcpdump on one interface of namespace `ns`, writing `pcap`."""
 
-    def __init__(self, ns: str, dev: str, pcap: Path, snaplen: int = 256) -> None:
+    def __init__(self, ns: str, dev: str, pcap: Path, snaplen: int = 256,
+                 bpf: str | None = None) -> None:
         require_tools("tcpdump")
         self.pcap = Path(pcap)
         self.proc = LabProcess(
             ns, ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", str(snaplen), "-U",
-                 "-w", str(self.pcap)],
+                 "-w", str(self.pcap), *(bpf.split() if bpf else [])],
             name=f"tcpdump-{dev}", log_path=self.pcap.with_suffix(".log"))
 
     def start(self, timeout: float = 5.0) -> Capture:

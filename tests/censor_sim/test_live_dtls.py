@@ -1,0 +1,209 @@
+"""ru-snowflake-dtls-2022 against Debian's pion binaries (snowflake-proxy, snowflake-client).
+
+A minimal rendezvous in the test (a long-poll broker and a WebSocket relay
+that records what arrives) lets Debian's snowflake-proxy on the bridge node
+and snowflake-client on the client node set up a real WebRTC data channel
+across the censor (recipe: ../shared/protocols/snowflake.md §5.4). The DTLS
+hellos are captured on the censor and the Russian rules are evaluated on
+them; then the same session runs under the censor profile, which must stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from censor_sim.detectors import dtls
+from netns.capture import Capture
+from netns.nsenter import ns_socket
+from netns.process import LabProcess
+
+pytestmark = [pytest.mark.lab, pytest.mark.interop,
+              pytest.mark.skipif(not (shutil.which("snowflake-proxy")
+                                      and shutil.which("snowflake-client")),
+                                 reason="Debian's snowflake-proxy/-client are not installed")]
+
+TOKEN = bytes.fromhex("1293605d278175f5")  # Turbo Tunnel preamble (snowflake.md §0.3)
+NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route anywhere in the lab: gathering fails fast
+
+
+class Rendezvous:
+    """Broker (/proxy, /answer, /client) on the broker node; relay on the bridge node."""
+
+    def __init__(self, lab) -> None:
+        self.lab = lab
+        self.offers: asyncio.Queue[str] = asyncio.Queue()
+        self.answer: asyncio.Future[str] | None = None
+        self.relayed = bytearray()
+        self.runners: list = []
+
+    async def start(self) -> None:
+        from aiohttp import WSMsgType, web
+
+        async def proxy(request: web.Request) -> web.Response:
+            await request.read()
+            try:
+                offer = await asyncio.wait_for(self.offers.get(), 8)
+            except TimeoutError:
+                return web.json_response({"Status": "no match"})
+            self.answer = asyncio.get_running_loop().create_future()
+            return web.json_response({"Status": "client match", "Offer": offer, "NAT": "unknown",
+                                      "RelayURL": self.relay_url})
+
+        async def answer(request: web.Request) -> web.Response:
+            body = json.loads(await request.read())
+            if self.answer and not self.answer.done():
+                self.answer.set_result(body["Answer"])
+            return web.json_response({"Status": "success"})
+
+        async def client(request: web.Request) -> web.Response:
+            text = (await request.read()).decode()
+            version, _, body = text.partition("\n")
+            assert version == "1.0"
+            await self.offers.put(json.loads(body)["offer"])
+            for _ in range(100):
+                if self.answer is not None:
+                    break
+                await asyncio.sleep(0.1)
+            try:
+                ans = await asyncio.wait_for(asyncio.shield(self.answer), 10)  # type: ignore
+            except (TimeoutError, TypeError):
+                return web.json_response({"error": "timed out waiting for answer!"})
+            return web.json_response({"answer": ans})
+
+        async def relay(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for msg in ws:
+                if msg.type == WSMsgType.BINARY:
+                    self.relayed += msg.data
+            return ws
+
+        broker_app = web.Application()
+        broker_app.add_routes([web.post("/proxy", proxy), web.post("/answer", answer),
+                               web.post("/client", client)])
+        relay_app = web.Application()
+        relay_app.add_routes([web.get("/", relay)])
+        for app, role, port in ((broker_app, "broker", 8080), (relay_app, "bridge", 8081)):
+            sock = ns_socket(self.lab.ns(role))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.lab.addr(role), port))
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+            self.runners.append(runner)
+        self.broker_url = f"http://{self.lab.addr('broker')}:8080/"
+        self.relay_url = f"ws://{self.lab.addr('bridge')}:8081/"
+
+    async def close(self) -> None:
+        for r in self.runners:
+            await r.cleanup()
+
+
+async def snowflake_session(lab, out: Path, wait_s: float) -> bytes:
+    """Run proxy + client through the censor; return what reached the relay."""
+    rv = Rendezvous(lab)
+    await rv.start()
+    host = lab.addr("bridge")  # a suffix pattern, not a regex (snowflake.md §5.4)
+    proxy = LabProcess(lab.ns("bridge"), [
+        "snowflake-proxy", "-broker", rv.broker_url, "-relay", rv.relay_url,
+        "-allowed-relay-hostname-pattern", f"{host}$", "-allow-non-tls-relay",
+        "-stun", NO_ROUTE_STUN, "-verbose", "-summary-interval", "1h"],
+        "snowflake-proxy", out / "proxy.log").start()
+    state = out / "client-state"
+    state.mkdir(exist_ok=True)
+    env = {**os.environ, "TOR_PT_MANAGED_TRANSPORT_VER": "1",
+           "TOR_PT_CLIENT_TRANSPORTS": "snowflake", "TOR_PT_STATE_LOCATION": str(state)}
+    client = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns("client"), "snowflake-client", "-url", rv.broker_url,
+         "-ice", NO_ROUTE_STUN, "-log", str(out / "client.log")],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = await asyncio.to_thread(_cmethod_port, client)
+        reader, writer = await asyncio.open_connection(
+            sock=await asyncio.to_thread(_socks_connect, lab, port))
+        writer.write(b"HELLO-SNOWFLAKE")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and TOKEN not in rv.relayed:
+            await asyncio.sleep(0.2)
+        writer.close()
+        return bytes(rv.relayed)
+    finally:
+        client.terminate()
+        client.wait(5)
+        proxy.stop()
+        await rv.close()
+
+
+def _cmethod_port(proc: subprocess.Popen) -> int:
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("CMETHOD snowflake socks5"):
+            return int(line.split()[-1].rsplit(":", 1)[1])
+        if line.startswith("CMETHODS DONE"):
+            break
+    raise AssertionError("snowflake-client printed no CMETHOD")
+
+
+def _socks_connect(lab, port: int) -> socket.socket:
+    s = ns_socket(lab.ns("client"))
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"\x05\x01\x00")
+    assert s.recv(2) == b"\x05\x00"
+    s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton("198.18.255.1") + (1).to_bytes(2, "big"))
+    reply = s.recv(10)
+    assert reply[:2] == b"\x05\x00", reply
+    s.setblocking(False)
+    return s
+
+
+def dtls_hellos(pcap: Path) -> list[tuple[str, bytes]]:
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+
+    out = []
+    for p in rdpcap(str(pcap)):
+        if UDP in p:
+            payload = bytes(p[UDP].payload)
+            if dtls.parse_client_hello(payload) is not None:
+                out.append(("client_hello", payload))
+            elif dtls.parse_server_hello(payload) is not None:
+                out.append(("server_hello", payload))
+    return out
+
+
+async def test_pion_hellos_captured_in_the_lab_match_the_2022_rule(censor_lab, tmp_path):
+    cap = Capture(censor_lab.ns("censor"), censor_lab.iface("censor", "client"),
+                  tmp_path / "dtls.pcap", snaplen=4096, bpf="udp").start()
+    try:
+        relayed = await snowflake_session(censor_lab, tmp_path, wait_s=25)
+    finally:
+        cap.stop()
+    assert relayed.startswith(TOKEN), "no data channel with no censor: the setup is broken"
+    hellos = dtls_hellos(tmp_path / "dtls.pcap")
+    ch = [p for kind, p in hellos if kind == "client_hello"]
+    sh = [p for kind, p in hellos if kind == "server_hello"]
+    assert ch and sh, hellos
+    # pion (Debian snowflake 2.5.1): the May 2022 ClientHello rule still matches;
+    # the December 2021 ServerHello rule no longer does (pion/dtls#410 fixed it).
+    assert dtls.ru_2022_clienthello(ch[0])
+    assert not dtls.ru_2021_serverhello(sh[0])
+    assert dtls.parse_client_hello(ch[0]).supported_groups[:3] == [0x1D, 0x17, 0x18]
+
+
+async def test_ru_snowflake_dtls_2022_stops_the_session(censor_lab, run_censor, tmp_path):
+    censor = run_censor("ru-snowflake-dtls-2022")
+    relayed = await snowflake_session(censor_lab, tmp_path, wait_s=10)
+    assert TOKEN not in relayed
+    det = censor.events("detection")
+    assert det and det[0]["detector"] == "dtls"
+    assert det[0]["evidence"]["rule"] == "ru_2022_clienthello"
+    assert censor.stop()["counters"]["flow_drop"]["packets"] >= 1
