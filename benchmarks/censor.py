@@ -23,6 +23,7 @@ import json
 import random
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,7 @@ def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
@@ -198,19 +200,23 @@ def main() -> int:
                                "iperf3", tmp / "iperf3.log").start()
         time.sleep(0.5)
         try:
-            print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s each):")
-            off = iperf(lab, args.seconds)
-            print(f"  censor off                   {off:10.0f} Mbit/s")
+            print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
+                  f"interleaved, median of {args.runs}):")
             cases = {
                 "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
                     "addresses": ["198.19.255.1"]}}}),
                 "gfw-fet-2021": ("gfw-fet-2021", {}),
             }
             for label, (prof, over) in cases.items():
-                c = start_censor(lab, tmp, prof, over)
-                on = iperf(lab, args.seconds)
-                final_counters(c)
-                print(f"  {label:28s} {on:10.0f} Mbit/s   on/off = {on / off:.3f}")
+                offs, ons = [], []
+                for _ in range(args.runs):
+                    offs.append(iperf(lab, args.seconds))
+                    c = start_censor(lab, tmp, prof, over)
+                    ons.append(iperf(lab, args.seconds))
+                    final_counters(c)
+                off, on = statistics.median(offs), statistics.median(ons)
+                print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
+                      f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
             print(f"\nnew flows through the router ({args.seconds:.0f} s each, one client):")
             off_rate = flow_rate(lab, args.seconds)
             print(f"  censor off                   {off_rate:10.0f} flows/s")

@@ -183,6 +183,10 @@ async def run(config: dict, poll: float) -> None:
     effects = LiveEffects(profile, config.get("prober"))
     engine = Engine(profile, clock=time.monotonic, rng=random.Random(config.get("seed", 0)),
                     effects=effects, in_path=not on_path)
+    for insp in engine.inspectors:
+        if insp.unresolved:
+            raise ProfileError(f"detectors.{insp.name}.servers: unresolved {insp.unresolved[0]!r}"
+                               " (lab roles are resolved by the runner; give addresses here)")
     needs_queue = bool(engine.inspectors) or engine.geneva is not None
     queue = None
     if needs_queue:
@@ -203,7 +207,9 @@ async def run(config: dict, poll: float) -> None:
         if queue is not None:
             runner.bind()  # bind before the rules exist, so no packet meets an empty queue
             runner.attach(loop)
-        datapath.install(blocklist, queue, throttle)
+        blocks_servers = any("block_server" in r.actions for r in engine.rules.values()) or \
+            bool(profile.prober.get("block_labels") or profile.prober.get("block_on_replay"))
+        datapath.install(blocklist, queue, throttle, servers=blocks_servers)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

@@ -91,8 +91,14 @@ class Throttle:
     burst_bytes: int
 
 
-def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> str:
-    """The nft script for the censor table (replacing any previous one)."""
+def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
+            dynamic: bool = True, servers: bool = True) -> str:
+    """The nft script for the censor table (replacing any previous one).
+
+    Only what the profile can use is emitted (every rule costs every forwarded
+    packet): ``dynamic`` adds the post-queue chain (flow marks, residual sets,
+    policing), ``servers`` the run-time server blocklist (prober verdicts).
+    """
     def elements(xs: list[str]) -> str:
         return f" elements = {{ {', '.join(xs)} }};" if xs else ""
 
@@ -111,13 +117,14 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> st
             f"ip6 daddr @blocklist6{dport} counter name blocklist_drop drop",
             f"ip6 saddr @blocklist6{sport} counter name blocklist_drop drop",
         ]
-    pre += [
-        "ip daddr . meta l4proto . th dport @servers4 counter name server_drop drop",
-        "ip saddr . meta l4proto . th sport @servers4 counter name server_drop drop",
-        "ip6 daddr . meta l4proto . th dport @servers6 counter name server_drop drop",
-        "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
-    ]
-    post = [
+    if servers:
+        pre += [
+            "ip daddr . meta l4proto . th dport @servers4 counter name server_drop drop",
+            "ip saddr . meta l4proto . th sport @servers4 counter name server_drop drop",
+            "ip6 daddr . meta l4proto . th dport @servers6 counter name server_drop drop",
+            "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
+        ]
+    post = [] if not dynamic else [
         f"meta mark & {MARK_MASK | MARK_PASS:#x} != 0 ct mark set meta mark & {FLOW_MASK:#x}",
         f"meta mark & {MARK_PASS:#x} == {MARK_PASS:#x} accept",
         # Residual blocking sits after the queue so the engine still sees new
@@ -128,7 +135,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> st
         "counter name residual_drop drop",
         f"ct mark & {MARK_MASK:#x} == {MARK_DROP:#x} counter name flow_drop drop",
     ]
-    if throttle is not None:
+    if throttle is not None and dynamic:
         lim = (f"limit rate over {throttle.rate_bytes_s} bytes/second "
                f"burst {throttle.burst_bytes} bytes")
         post += [
@@ -142,7 +149,11 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None) -> st
     counters = "\n  ".join(f"counter {n} {{}}" for n in ("forwarded", "new_flows", *BLOCK_COUNTERS))
     res = "flags timeout;"
     pre_rules = "\n    ".join(pre)
-    post_rules = "\n    ".join(post)
+    post_chain = ""
+    if post:
+        post_rules = "\n    ".join(post)
+        post_chain = ("  chain post {\n    type filter hook forward priority -100; "
+                      "policy accept;\n    " + post_rules + "\n  }\n")
     return f"""table inet {TABLE}
 delete table inet {TABLE}
 table inet {TABLE} {{
@@ -161,11 +172,7 @@ table inet {TABLE} {{
     type filter hook forward priority -200; policy accept;
     {pre_rules}
   }}
-  chain post {{
-    type filter hook forward priority -100; policy accept;
-    {post_rules}
-  }}
-}}
+{post_chain}}}
 """
 
 
@@ -200,8 +207,9 @@ def _nft(args: list[str], input: str | None = None) -> str:
 
 
 def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
-            throttle: Throttle | None = None) -> None:
-    _nft(["-f", "-"], input=ruleset(blocklist, throttle))
+            throttle: Throttle | None = None, servers: bool = False) -> None:
+    _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
+                                    servers=servers))
     if queue is not None:
         remove_queue()
         for tool in ("iptables", "ip6tables"):

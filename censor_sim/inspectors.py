@@ -45,7 +45,15 @@ class Inspector:
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
         self.params = params
-        self.servers = [ipaddress.ip_network(s, strict=False) for s in params.get("servers", [])]
+        servers = params.get("servers", [])
+        # "role:NAME" entries are resolved to lab addresses by the runner; one
+        # still here means nobody did, and the censor process refuses to run.
+        self.unresolved = [s for s in servers if isinstance(s, str) and s.startswith("role:")]
+        try:
+            self.servers = [ipaddress.ip_network(s, strict=False) for s in servers
+                            if s not in self.unresolved]
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"detectors.{name}.servers: {exc}") from None
         self.ports = set(params.get("ports", []))
         self.max_packets = int(params.get("max_packets", 8))
 
