@@ -143,3 +143,45 @@ def test_engine_rejects_unknown_detectors_when_the_spec_loads():
 @pytest.mark.parametrize("name", ["none", "ip-blocklist", "gfw-fet-2021"])
 def test_shipped_profiles_are_runnable(name):
     assert unsupported(load_profile(name)) is None
+
+
+def keyword_engine(mode: str = "in-path"):
+    clock = Clock()
+    prof = load_profile("gfw-keyword", {"datapath": {"mode": mode}})
+    return Engine(prof, clock=clock, rng=random.Random(0), in_path=mode == "in-path"), clock
+
+
+def test_keyword_rsts_land_in_each_receivers_window():
+    eng, _ = keyword_engine()
+    req = b"GET /falun HTTP/1.1\r\nHost: a.lab\r\n\r\n"
+    v = connect(eng, 41000, 80, req)
+    to_client = next(i for i in v.inject if i.dst == CLIENT)
+    to_server = next(i for i in v.inject if i.dst == SERVER)
+    # The client sent seq=1000 ack=5000 with len(req) bytes.
+    assert (to_client.src, to_client.sport, to_client.dport) == (SERVER, 80, 41000)
+    assert to_client.seq == 5000 and to_client.ack == 1000 + len(req)
+    assert to_server.seq == 1000 + len(req) and to_server.ack == 5000
+    assert all(i.flags == "RA" and i.count == 3 and i.window == 8192 for i in v.inject)
+    assert eng.effects.residuals == [((CLIENT, SERVER, 6, 80), 90.0)]
+
+
+def test_on_path_censor_injects_but_never_drops():
+    eng, _ = keyword_engine("on-path")
+    v = connect(eng, 41001, 80, b"GET /ultrasurf HTTP/1.1\r\nHost: a.lab\r\n\r\n")
+    assert v.inject and not v.drop
+
+
+def test_iran_timer_restarts_on_new_attempts():
+    clock = Clock()
+    prof = load_profile("iran-protocol-filter-2020",
+                        {"actions": {"residual": {"seconds": [60]}}})
+    eng = Engine(prof, clock=clock, rng=random.Random(0))
+    v = connect(eng, 42000, 443, bytes(range(128, 192)))
+    assert not v.drop and v.passthrough  # "every packet after the first"
+    clock.t += 50
+    assert connect(eng, 42001, 443, b"\x16\x03\x01\x00\x05hello").drop  # restarts the timer
+    clock.t += 50  # 100 s after the block, 50 s after the restart
+    assert connect(eng, 42002, 443, b"\x16\x03\x01\x00\x05hello").drop
+    clock.t += 61
+    assert not connect(eng, 42003, 443, b"\x16\x03\x01\x00\x05hello").drop
+    assert not connect(eng, 42004, 8443, bytes(range(128, 192))).drop  # not a filtered port
