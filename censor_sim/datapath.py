@@ -36,6 +36,8 @@ MARK_ACCEPT, MARK_DROP, MARK_THROTTLE = 0x10, 0x20, 0x40
 # residual set that its own verdict just filled (Iran's "after the first").
 MARK_PASS = 0x80
 FLOW_MASK = 0x70
+# Conntrack-only bit: this connection already passed the static blocklist.
+MARK_CHECKED = 0x100
 FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE}
 BLOCK_COUNTERS = {
     "blocklist_drop": ("ip_blocklist", "drop"),
@@ -92,7 +94,8 @@ class Throttle:
 
 
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
-            dynamic: bool = True, servers: bool = True) -> str:
+            dynamic: bool = True, servers: bool = True,
+            stateful_blocklist: bool | None = None) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -106,17 +109,25 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
     ports = ", ".join(str(p) for p in bl.ports)
     dport = f" th dport {{ {ports} }}" if ports else ""
     sport = f" th sport {{ {ports} }}" if ports else ""
-    pre = [
-        "counter name forwarded",
-        "ct state new counter name new_flows",
-    ]
+    # Conntrack costs every forwarded packet (about 10 % at 20 Gbit/s here), so a
+    # profile that needs no flow state (a static blocklist) stays stateless and
+    # does not count new flows.
+    stateful = dynamic if stateful_blocklist is None else stateful_blocklist
+    pre = ["counter name forwarded"]
+    if stateful:
+        pre.append("ct state new counter name new_flows")
+    blocks = []
     if blocklist is not None:
-        pre += [
-            f"ip daddr @blocklist4{dport} counter name blocklist_drop drop",
-            f"ip saddr @blocklist4{sport} counter name blocklist_drop drop",
-            f"ip6 daddr @blocklist6{dport} counter name blocklist_drop drop",
-            f"ip6 saddr @blocklist6{sport} counter name blocklist_drop drop",
-        ]
+        # A connection is checked against the static blocklist until one of its
+        # packets has passed; then a conntrack bit lets the rest skip the lookups.
+        blocks += [f"ct mark & {MARK_CHECKED:#x} != 0 accept"] if stateful else []
+        if bl.v4:
+            blocks += [f"ip daddr @blocklist4{dport} counter name blocklist_drop drop",
+                       f"ip saddr @blocklist4{sport} counter name blocklist_drop drop"]
+        if bl.v6:
+            blocks += [f"ip6 daddr @blocklist6{dport} counter name blocklist_drop drop",
+                       f"ip6 saddr @blocklist6{sport} counter name blocklist_drop drop"]
+        blocks += [f"ct mark set ct mark or {MARK_CHECKED:#x}"] if stateful else []
     if servers:
         pre += [
             "ip daddr . meta l4proto . th dport @servers4 counter name server_drop drop",
@@ -124,6 +135,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             "ip6 daddr . meta l4proto . th dport @servers6 counter name server_drop drop",
             "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
         ]
+    pre += blocks  # last: its fast path accepts
     post = [] if not dynamic else [
         f"meta mark & {MARK_MASK | MARK_PASS:#x} != 0 ct mark set meta mark & {FLOW_MASK:#x}",
         f"meta mark & {MARK_PASS:#x} == {MARK_PASS:#x} accept",
