@@ -40,11 +40,13 @@ def emit(event: str, **fields: object) -> None:
 class LiveEffects(Effects):
     """Side effects on the real kernel and prober, reported as events."""
 
-    def __init__(self, profile: Profile, prober: str | None) -> None:
+    def __init__(self, profile: Profile, prober: str | None, seed: int = 0) -> None:
         super().__init__()
+        self.rng = random.Random(seed ^ 0x5EED)
         self.profile = profile
         self.prober = prober
         self.tasks: set[asyncio.Task] = set()
+        self.probed: set[tuple[str, int]] = set()  # one investigation per server port
 
     def event(self, name: str, **fields: Any) -> None:
         emit(name, **fields)
@@ -54,7 +56,7 @@ class LiveEffects(Effects):
         datapath.add_residual(client, server, proto, port, seconds)
 
     def block_server(self, server: str, port: int, proto: int = 6) -> None:
-        seconds = self.profile.actions.get("block_server", {}).get("seconds")
+        seconds = self.profile.actions.get("block_server", {}).get("seconds") or None
         datapath.block_server(server, proto, port, seconds)
         emit("block_server", server=server, port=port, seconds=seconds)
 
@@ -62,9 +64,22 @@ class LiveEffects(Effects):
         if not self.prober:
             emit("probe_skipped", flow=flow, reason="no prober configured")
             return
+        target = (flow["server"], flow["server_port"])
+        if target in self.probed:
+            return
+        self.probed.add(target)
         task = asyncio.get_running_loop().create_task(self._probe(flow, first_payload))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _delay(self, cfg: dict[str, Any]) -> float:
+        """A fixed delay, or one drawn from Alice et al.'s published distribution."""
+        if cfg.get("delay", "fixed") == "alice2020":
+            from .prober import delays
+
+            return round(delays.sample(self.rng, float(cfg.get("delay_scale", 1.0)),
+                                       float(cfg.get("delay_max_s", 3600.0))), 3)
+        return float(cfg.get("delay_s", 0.5))
 
     async def _probe(self, flow: dict[str, Any], first_payload: bytes) -> None:
         cfg = self.profile.prober
@@ -72,7 +87,7 @@ class LiveEffects(Effects):
         req = {"id": f"{flow['server']}:{flow['server_port']}", "host": flow["server"],
                "port": flow["server_port"], "first_payload": first_payload.hex(),
                "suites": cfg.get("suites", ["alice"]), "watch_s": cfg.get("watch_s", 10.0),
-               "delay_s": cfg.get("delay_s", 0.5)}
+               "delay_s": self._delay(cfg)}
         emit("probe_request", flow=flow, request={k: v for k, v in req.items()
                                                   if k != "first_payload"})
         try:
@@ -180,7 +195,7 @@ async def run(config: dict, poll: float) -> None:
         blocklist = datapath.Blocklist.from_params(profile.detectors["ip_blocklist"])
     dp = profile.datapath
     on_path = dp.get("mode", "in-path") == "on-path"
-    effects = LiveEffects(profile, config.get("prober"))
+    effects = LiveEffects(profile, config.get("prober"), int(config.get("seed", 0)))
     engine = Engine(profile, clock=time.monotonic, rng=random.Random(config.get("seed", 0)),
                     effects=effects, in_path=not on_path)
     for insp in engine.inspectors:

@@ -283,6 +283,13 @@ class LabRunner:
                if detectors else overrides,
                "inside": self.lab.iface("censor", "client"),
                "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
+        probes = any("probe" in (r["action"] if isinstance(r["action"], list) else
+                                 [r["action"]]) for r in prof.policy.get("rules", []))
+        if probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
+            listen = f"{self.lab.addr('prober')}:9100"
+            self._start(run, Service("prober", "prober", [
+                _python(), "-m", "censor_sim.prober", "serve", "--listen", listen]), cell_dir)
+            cfg["prober"] = listen
         cfg_path = cell_dir / "censor.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
         return self._start(run, Service("censor", "censor",
@@ -380,6 +387,7 @@ class LabRunner:
         assert censor
         if not censor.running():
             row.status, row.error = "ERROR", "the censor process died during the cell"
+        self._await_probes(censor)
         censor.stop()
         events = [e for line in censor.log_text().splitlines()
                   if (e := parse_event_line(line))]
@@ -405,6 +413,19 @@ class LabRunner:
                     row.censor_cpu_per_flow_ms = round(e["cpu_s"] * 1000 / flows, 4)
         if not any(e["event"] == "counters" for e in events):
             row.notes.append("censor reported no counters (did it crash?)")
+
+    @staticmethod
+    def _await_probes(censor: LabProcess, limit_s: float = 15.0) -> None:
+        """Probes follow the suspicious connection by a delay and take a while: let
+        the ones already asked for report their verdict before the censor stops."""
+        deadline = time.monotonic() + limit_s
+        while censor.running() and time.monotonic() < deadline:
+            text = censor.log_text()
+            asked = text.count('"event": "probe_request"')
+            if asked == text.count('"event": "probe_verdict"') + text.count(
+                    '"event": "probe_failed"'):
+                return
+            time.sleep(0.1)
 
     def _stop_cell(self, run: CellRun) -> None:
         for p in reversed(run.procs):

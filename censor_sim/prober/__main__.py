@@ -74,7 +74,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def serve_main(argv: list[str]) -> int:
+    """``serve --listen HOST:PORT``: the probe service the censor calls (service.py)."""
+    from .service import serve
+
+    p = _Parser(prog=f"{PROG} serve", description="Run the probe service.")
+    p.add_argument("--listen", required=True, help="HOST:PORT to listen on")
+    args = p.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    try:
+        asyncio.run(serve(host.strip("[]"), _port(port)))
+    except argparse.ArgumentTypeError as exc:
+        print(f"prober: --listen: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"prober: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve_main(argv[1:])
     args = parse_args(argv)
     try:
         socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)

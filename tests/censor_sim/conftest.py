@@ -42,9 +42,10 @@ class EchoServer:
     """Echo (or sink, or reply-with) servers on several ports of one lab node."""
 
     def __init__(self, ns: str, addr: str, ports: list[int], proto: str = "tcp",
-                 banner: bytes = b"") -> None:
+                 banner: bytes = b"", sink: bool = False) -> None:
         self.addr = addr
         self.banner = banner
+        self.sink = sink
         self.ports = ports
         self.stop = threading.Event()
         self.socks: list[socket.socket] = []
@@ -73,6 +74,10 @@ class EchoServer:
         conn.settimeout(5)
         with conn:
             try:
+                if self.sink:  # read and never answer (a server with a replay filter
+                    while conn.recv(65536):  # that never speaks first looks the same)
+                        pass
+                    return
                 if self.banner:  # server speaks first, and again a little later
                     conn.sendall(self.banner)
                     threading.Timer(0.5, self._later, (conn,)).start()
@@ -157,8 +162,8 @@ def echo(censor_lab):
     servers: list[EchoServer] = []
 
     def start(ports: list[int], proto: str = "tcp", role: str = "bridge",
-              banner: bytes = b"") -> EchoServer:
-        s = EchoServer(censor_lab.ns(role), censor_lab.addr(role), ports, proto, banner)
+              banner: bytes = b"", sink: bool = False) -> EchoServer:
+        s = EchoServer(censor_lab.ns(role), censor_lab.addr(role), ports, proto, banner, sink)
         servers.append(s)
         return s
 

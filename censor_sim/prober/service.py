@@ -1,0 +1,97 @@
+"""The probe service: the censor asks, the prober probes and answers.
+
+``python -m censor_sim.prober serve --listen HOST:PORT`` runs in the lab's
+prober namespace, the censor's own vantage point (ARCHITECTURE.md §1). The
+censor sends one JSON line per suspicious flow::
+
+    {"id": ..., "host": ..., "port": ..., "first_payload": "<hex>",
+     "suites": ["alice", "frolov"], "watch_s": 10, "delay_s": 0.5}
+
+The service waits ``delay_s`` (the censor samples it from the published delay
+distribution), runs the suites, and answers one JSON line::
+
+    {"id", "label", "answers_replay", "escalated", "results": [...]}
+
+A bad request gets ``{"id"?, "error": "..."}`` and the service keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from . import alice
+from .observe import run_suite
+from .probes import frolov_suite
+from .trees import Timing, label
+
+MAX_LINE = 1 << 20
+
+
+def _emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"ts": round(time.time(), 6), "component": "prober", "event": event,
+                      **fields}, default=str), flush=True)
+
+
+async def handle_request(req: Any) -> dict[str, Any]:
+    if not isinstance(req, dict):
+        return {"error": "request must be a JSON object"}
+    rid = req.get("id")
+    try:
+        host, port = str(req["host"]), int(req["port"])
+        payload = bytes.fromhex(req.get("first_payload", ""))
+        suites = list(req.get("suites", ["alice"]))
+        watch = float(req.get("watch_s", 10.0))
+        delay = float(req.get("delay_s", 0.0))
+    except (KeyError, ValueError, TypeError) as exc:
+        return {"id": rid, "error": f"bad request: {exc!r}"}
+    if not 0 < port < 65536 or not 0 < watch <= 600 or not 0 <= delay <= 3600:
+        return {"id": rid, "error": "bad request: port, watch_s or delay_s out of range"}
+    if unknown := set(suites) - {"alice", "frolov"}:
+        return {"id": rid, "error": f"bad request: unknown suites {sorted(unknown)}"}
+    await asyncio.sleep(delay)
+    out: dict[str, Any] = {"id": rid, "label": None, "answers_replay": False,
+                           "escalated": False, "results": []}
+    if "alice" in suites and payload:
+        inv = await alice.investigate(host, port, payload, watch_s=watch)
+        out.update(answers_replay=inv.answers_replay, escalated=inv.escalated)
+        out["results"] += [r.to_json() for r in inv.results]
+    if "frolov" in suites:
+        probes = frolov_suite()
+        results = await run_suite(host, port, probes, watch_s=watch)
+        out["label"] = label(results, [len(p.payload) for p in probes],
+                             Timing(scale=watch / 300.0))
+        out["results"] += [r.to_json() for r in results]
+    return out
+
+
+async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while line := await reader.readline():
+            try:
+                req = json.loads(line)
+            except ValueError as exc:
+                reply: dict[str, Any] = {"error": f"bad JSON: {exc}"}
+            else:
+                _emit("request", request={k: v for k, v in req.items() if k != "first_payload"}
+                      if isinstance(req, dict) else req)
+                reply = await handle_request(req)
+            _emit("verdict", **{k: v for k, v in reply.items() if k != "results"})
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+    except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+        pass
+    finally:
+        writer.close()
+
+
+async def serve(host: str, port: int, stop: asyncio.Event | None = None) -> None:
+    server = await asyncio.start_server(_client, host, port, limit=MAX_LINE)
+    _emit("ready", listen=f"{host}:{port}")
+    async with server:
+        if stop is None:
+            await server.serve_forever()
+        else:
+            await stop.wait()

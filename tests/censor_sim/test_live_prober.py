@@ -1,0 +1,72 @@
+"""gfw-prober live: suspicion → delayed replay probes from the prober node → blocking."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from netns.process import LabProcess
+
+pytestmark = pytest.mark.lab
+
+NOISE = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 6
+
+
+def test_a_server_that_answers_replays_is_blocked_and_a_silent_one_is_not(
+        censor_lab, run_censor, echo, tcp, tmp_path):
+    srv = censor_lab.addr("bridge")
+    echo([7500])              # answers anything, replays included: no replay filter
+    echo([7501], sink=True)   # never answers
+    listen = f"{censor_lab.addr('prober')}:9100"
+    prober = LabProcess(censor_lab.ns("prober"), [sys.executable, "-m", "censor_sim.prober",
+                                                  "serve", "--listen", listen],
+                        "prober", tmp_path / "prober.log").start()
+    try:
+        prober.wait_log('"event": "ready"', timeout=15)
+        # Delays drawn from the published distribution, shrunk 100× and capped at 1 s.
+        censor = run_censor("gfw-prober", {"prober": {
+            "watch_s": 1.0, "delay": "alice2020", "delay_scale": 0.01, "delay_max_s": 100.0}},
+                            prober=listen)
+        assert tcp(srv, 7500, [NOISE]) == "ok"       # the real client's session
+        assert tcp(srv, 7501, [NOISE], timeout=0.5) == "timeout"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(censor.events("probe_verdict")) < 2:
+            time.sleep(0.2)
+        verdicts = {e["flow"]["server_port"]: e for e in censor.events("probe_verdict")}
+        assert verdicts[7500]["answers_replay"] and verdicts[7500]["escalated"]
+        assert not verdicts[7501]["answers_replay"] and not verdicts[7501]["escalated"]
+        assert [e["port"] for e in censor.events("block_server")] == [7500]
+        delays = [e["request"]["delay_s"] for e in censor.events("probe_request")]
+        assert len(delays) == 2 and all(0.0028 <= d <= 1.0 for d in delays)
+        assert tcp(srv, 7500, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.8) == "connect-timeout"
+        assert tcp(srv, 7501, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.5) == "timeout"  # open
+        # The probes came from the prober node, not the client.
+        assert '"event": "verdict"' in prober.log_text()
+        assert censor.stop()["counters"]["server_drop"]["packets"] >= 1
+    finally:
+        prober.stop()
+
+
+def test_probe_service_rejects_bad_requests(censor_lab, tmp_path):
+    import asyncio
+    import json
+
+    from censor_sim.prober.service import handle_request
+
+    assert "error" in asyncio.run(handle_request([1, 2]))
+    assert "error" in asyncio.run(handle_request({"host": "x"}))
+    assert "unknown suites" in asyncio.run(handle_request(
+        {"host": "198.18.0.1", "port": 1, "suites": ["nope"]}))["error"]
+    assert json.dumps(asyncio.run(handle_request({"id": 3, "host": "h", "port": 0})))
+
+
+def test_runner_starts_the_prober_and_obfs4_survives_it(lab):
+    """obfs4's replay filter and silence on bad input give the prober nothing:
+    probed, not blocked (the runner starts the probe service for this column)."""
+    row = lab.run_cell("obfs4", "gfw-prober", {"prober": {"watch_s": 1.0, "delay_s": 0.2}},
+                       bulk_size=1_000_000)
+    assert row.status == "reachable", row.error
+    assert row.probes_sent >= 1 and row.detector == "fet" and row.action == "probe"
+    assert sum(row.probe_verdicts.values()) == row.probes_sent
