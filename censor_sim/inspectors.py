@@ -71,19 +71,27 @@ class Inspector:
         raise NotImplementedError
 
 
-class FetInspector(Inspector):
+class FirstPayloadInspector(Inspector):
+    """Judges a flow by its first client→server payload alone (no reassembly)."""
+
+    def judge(self, first: bytes) -> Match | str:
+        raise NotImplementedError
+
+    def inspect(self, flow, pkt, c2s):
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        return self.judge(flow.c2s_payloads[0])
+
+
+class FetInspector(FirstPayloadInspector):
     """GFW fully-encrypted-traffic rules (Wu et al. 2023) on the first c→s payload only."""
 
     kind = "fet"
 
-    def inspect(self, flow, pkt, c2s):
+    def judge(self, first):
         from .detectors import fet
 
-        if not c2s or not pkt.payload:
-            return None if flow.packets < self.max_packets else DONE
-        first = flow.c2s_payloads[0]
-        rule = fet.exemption(first)
-        if rule is not None:
+        if fet.exemption(first) is not None:
             return DONE
         return Match(self.name, {"rule": "not-exempt", **fet.features(first).to_json()})
 
@@ -234,19 +242,15 @@ class IranProtocolInspector(Inspector):
         return Match(self.name, {"first_bytes": chunks[0][:16].hex(), "packets": len(chunks)})
 
 
-class UnclassifiedInspector(Inspector):
+class UnclassifiedInspector(FirstPayloadInspector):
     """Range blocking: anything to the range that no protocol classifier recognises."""
 
     kind = "unclassified"
 
-    def inspect(self, flow, pkt, c2s):
+    def judge(self, first):
         from .detectors import iran
 
-        if not c2s or not pkt.payload:
-            return None if flow.packets < self.max_packets else DONE
-        first = flow.c2s_payloads[0]
-        known = iran.classify(first) or _ssh_banner(first)
-        if known:
+        if iran.classify(first) or _ssh_banner(first):
             return DONE
         return Match(self.name, {"first_bytes": first[:16].hex()})
 

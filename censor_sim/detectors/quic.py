@@ -106,6 +106,14 @@ class QuicInitial:
 
 
 def _unprotect(datagram: bytes) -> tuple[int, bytes, bytes, bytes, int, bytes] | None:
+    """:func:`_unprotect_raw`, with truncation of any field meaning "not an Initial"."""
+    try:
+        return _unprotect_raw(datagram)
+    except (ValueError, IndexError):
+        return None
+
+
+def _unprotect_raw(datagram: bytes) -> tuple[int, bytes, bytes, bytes, int, bytes] | None:
     """Long-header parse, header-protection removal and AEAD decryption of a v1 Initial:
     (version, dcid, scid, token, packet number, plaintext) or None."""
     d = datagram
@@ -188,10 +196,7 @@ def parse_frames(plain: bytes) -> list[tuple[int, int, bytes]] | None:
 
 def parse_initial(datagram: bytes) -> QuicInitial | None:
     """The first packet of `datagram` as a client Initial (RFC 9000/9001), or None."""
-    try:
-        got = _unprotect(datagram)
-    except (ValueError, IndexError):
-        return None
+    got = _unprotect(datagram)
     if got is None:
         return None
     version, dcid, scid, token, pn, plain = got
@@ -209,10 +214,7 @@ def gfw2024_sni(datagram: bytes) -> str | None:
     recognises or the end (the length field is not trusted, vector 6); a PING
     among the CRYPTO frames makes it give up (vector 8).
     """
-    try:
-        got = _unprotect(datagram)
-    except (ValueError, IndexError):
-        return None
+    got = _unprotect(datagram)
     if got is None:
         return None
     plain = got[5]
