@@ -79,7 +79,11 @@ class Engine:
         for name, params in p.detectors.items():
             kind = params.get("kind", name)
             if kind == "geneva":
-                from .detectors import geneva
+                try:
+                    from .detectors import geneva
+                except ImportError:
+                    raise ValueError(f"detectors.{name}: Geneva's lab censors are not "
+                                     "implemented yet (censor_sim.detectors.geneva)") from None
 
                 gparams = {k: v for k, v in params.items()
                            if k in ("keyword", "port", "censor_ip")}

@@ -185,3 +185,13 @@ def test_iran_timer_restarts_on_new_attempts():
     clock.t += 61
     assert not connect(eng, 42003, 443, b"\x16\x03\x01\x00\x05hello").drop
     assert not connect(eng, 42004, 8443, bytes(range(128, 192))).drop  # not a filtered port
+
+
+def test_geneva_profiles_fail_cleanly_until_their_censors_exist():
+    import importlib.util
+
+    why = unsupported(load_profile("geneva-censor1"))
+    if importlib.util.find_spec("censor_sim.detectors.geneva") is None:
+        assert why and "not implemented yet" in why
+    else:
+        assert why is None
