@@ -12,7 +12,14 @@ recorded first client payload:
 R3–R5 were only sent after the server had *answered* R1 or R2: a server
 that answers a replay has no replay filter, so the prober escalates. Probes
 that would change bytes beyond a short payload change only the bytes that
-exist (and a probe with nothing to change is skipped).
+exist (and a probe with nothing to change is skipped): R3 of a 10-byte payload
+changes bytes 0-7, R4 of a 16-byte payload is not sent. A changed byte is
+always *different* from the original, so R2-R5 never equal R1 by accident.
+
+NR1 lengths are drawn uniformly from the 21 lengths of the seven trios; the
+paper reports the lengths, not how many NR1 probes follow one trigger (they
+came "a few per hour"), so ``nr1`` is a parameter. The paper's prober gives
+up after about 10 s, hence ``watch_s=10`` by default (censors.md §3.2/§3.4).
 """
 
 from __future__ import annotations
@@ -20,12 +27,16 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from .observe import ProbeResult, SockFactory, observe
 from .probes import Probe
 
-NR1_LENGTHS = (7, 8, 9, 11, 12, 13, 15, 16, 17, 21, 22, 23, 32, 33, 34, 40, 41, 42, 48, 49, 50)
+# NR1 lengths cluster in trios around 8, 12, 16, 22, 33, 41 and 49 bytes.
+NR1_TRIOS = ((7, 9), (11, 13), (15, 17), (21, 23), (32, 34), (40, 42), (48, 50))
+NR1_LENGTHS = tuple(n for lo, hi in NR1_TRIOS for n in range(lo, hi + 1))
 NR2_LENGTH = 221
+# The byte offsets each replay variant changes (R1 changes none).
 CHANGED = {"R2": (0,), "R3": (0, 1, 2, 3, 4, 5, 6, 7, 62, 63), "R4": (16,), "R5": (6, 16)}
 
 
@@ -39,7 +50,13 @@ def _changed(payload: bytes, offsets: tuple[int, ...], rng: random.Random) -> by
     return bytes(data)
 
 
+STAGE1 = ("R1", "R2")
+STAGE2 = ("R3", "R4", "R5")
+
+
 def replay_probes(payload: bytes, names: tuple[str, ...], rng: random.Random) -> list[Probe]:
+    """The replay variants ``names`` (of R1-R5) of a recorded first payload, in order;
+    a variant none of whose offsets exist in ``payload`` is left out."""
     out = []
     for name in names:
         if name == "R1":
@@ -50,45 +67,72 @@ def replay_probes(payload: bytes, names: tuple[str, ...], rng: random.Random) ->
 
 
 def random_probes(rng: random.Random, nr1: int = 3) -> list[Probe]:
-    """NR2 (221 bytes) and `nr1` NR1 probes of lengths drawn from the trios."""
+    """NR2 (221 bytes) and ``nr1`` NR1 probes of lengths drawn from the trios, named
+    ``NR1-<len>`` (``NR1-<len>.<k>`` for a repeated length, so names stay unique)."""
     probes = [Probe("NR2", rng.randbytes(NR2_LENGTH))]
+    names: set[str] = set()
     for _ in range(nr1):
         n = rng.choice(NR1_LENGTHS)
-        probes.append(Probe(f"NR1-{n}", rng.randbytes(n)))
+        name, k = f"NR1-{n}", 1
+        while name in names:
+            k += 1
+            name = f"NR1-{n}.{k}"
+        names.add(name)
+        probes.append(Probe(name, rng.randbytes(n)))
     return probes
 
 
 @dataclass
 class Investigation:
-    """What the staged probing saw and concluded."""
+    """What the staged probing saw and concluded.
+
+    ``stages`` names the stages that ran ("R1,R2,NR", then "R3,R4,R5" if it
+    escalated); ``results`` has one ProbeResult per probe sent, stage 1 first.
+    """
 
     results: list[ProbeResult] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)
     answers_replay: bool = False
     escalated: bool = False
 
+    @property
+    def by_probe(self) -> dict[str, ProbeResult]:
+        """Results keyed by probe name (R1..R5, NR2, NR1-<len>; a repeated NR1
+        length keeps its last result)."""
+        return {r.probe: r for r in self.results}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stages": list(self.stages), "answers_replay": self.answers_replay,
+                "escalated": self.escalated, "results": [r.to_json() for r in self.results]}
+
 
 async def investigate(host: str, port: int, first_payload: bytes, *, watch_s: float = 10.0,
-                      seed: int = 0, nr1: int = 3,
+                      seed: int = 0, nr1: int = 3, connect_timeout: float = 5.0,
                       sock_factory: SockFactory | None = None) -> Investigation:
-    """Stage 1: R1, R2 and random probes; stage 2 (R3–R5) only if R1 or R2 got data.
+    """Stage 1: R1, R2, NR2 and ``nr1`` NR1 probes, concurrently; stage 2 (R3-R5)
+    only if R1 or R2 got data back (Alice et al. §4.2: R3-R5 followed only servers
+    that had *responded* to R1/R2).
 
-    ``watch_s`` is the prober's patience: it "usually times out in under 10 s".
+    ``watch_s`` is the prober's patience per probe: it "usually times out in under
+    10 s". A stage lasts until every probe in it closed or timed out, so a server
+    that answers and then keeps the connection open costs ``watch_s`` per stage.
     """
+    if not first_payload:
+        raise ValueError("Alice staging needs the recorded first payload")
     rng = random.Random(seed)
     inv = Investigation()
 
     async def run(probes: list[Probe]) -> list[ProbeResult]:
-        return list(await asyncio.gather(*(observe(host, port, p, watch_s,
+        return list(await asyncio.gather(*(observe(host, port, p, watch_s, connect_timeout,
                                                    sock_factory=sock_factory)
                                            for p in probes)))
 
-    stage1 = await run(replay_probes(first_payload, ("R1", "R2"), rng) + random_probes(rng, nr1))
+    stage1 = await run(replay_probes(first_payload, STAGE1, rng) + random_probes(rng, nr1))
     inv.stages.append("R1,R2,NR")
     inv.results += stage1
-    inv.answers_replay = any(r.response_len > 0 for r in stage1 if r.probe in ("R1", "R2"))
+    inv.answers_replay = any(r.response_len > 0 for r in stage1 if r.probe in STAGE1)
     if inv.answers_replay:
         inv.escalated = True
         inv.stages.append("R3,R4,R5")
-        inv.results += await run(replay_probes(first_payload, ("R3", "R4", "R5"), rng))
+        inv.results += await run(replay_probes(first_payload, STAGE2, rng))
     return inv
