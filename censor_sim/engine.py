@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .actions import InjectTcp, InjectUdp, Verdict
+from .detectors import geneva
 from .flows import Flow, FlowTable
 from .inspectors import DONE, INSPECTORS, Inspector, Match
 from .packet import ACK, TCP, UDP, Packet
@@ -79,12 +80,6 @@ class Engine:
         for name, params in p.detectors.items():
             kind = params.get("kind", name)
             if kind == "geneva":
-                try:
-                    from .detectors import geneva
-                except ImportError:
-                    raise ValueError(f"detectors.{name}: Geneva's lab censors are not "
-                                     "implemented yet (censor_sim.detectors.geneva)") from None
-
                 gparams = {k: v for k, v in params.items()
                            if k in ("keyword", "port", "censor_ip")}
                 if not gparams.get("port"):

@@ -187,11 +187,13 @@ def test_iran_timer_restarts_on_new_attempts():
     assert not connect(eng, 42004, 8443, bytes(range(128, 192))).drop  # not a filtered port
 
 
-def test_geneva_profiles_fail_cleanly_until_their_censors_exist():
-    import importlib.util
+def test_every_geneva_profile_loads_its_censor():
+    from censor_sim.detectors import geneva
 
-    why = unsupported(load_profile("geneva-censor1"))
-    if importlib.util.find_spec("censor_sim.detectors.geneva") is None:
-        assert why and "not implemented yet" in why
-    else:
-        assert why is None
+    for name in geneva.CENSORS:
+        profile = load_profile(f"geneva-{name}")
+        assert unsupported(profile) is None
+        eng = Engine(profile, clock=Clock(), rng=random.Random(0))
+        assert eng.geneva is not None and eng.geneva.name == name
+        assert eng.geneva.keyword == b"ultrasurf" and eng.geneva.port is None
+        assert profile.datapath["every_packet"] is True

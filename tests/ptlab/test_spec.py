@@ -39,6 +39,14 @@ def test_good_spec():
     assert s.expect[0].status == "reachable"
 
 
+def test_the_full_matrix_has_every_shipped_profile_as_a_column():
+    from censor_sim.profile import available
+    from ptlab import plugins
+
+    spec = load_spec(REPO / "experiments" / "full.toml", plugins.available(), available())
+    assert {spec.censor_profile(c)[0] for c in spec.censors} == set(available())
+
+
 @pytest.mark.parametrize("edit, msg", [
     (("size = 1000", "szie = 1000"), "x.toml: workloads.bulk.szie: unknown key"),
     (("repetitions = 2", 'repetitions = "2"'), "experiment.repetitions: expected int, got str"),
