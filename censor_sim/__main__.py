@@ -232,16 +232,19 @@ async def run(config: dict, poll: float) -> None:
         emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
              blocklist=blocklist.__dict__ if blocklist else None, mode=dp.get("mode", "in-path"),
              queue=queue.__dict__ if queue else None, seed=config.get("seed", 0))
-        fired: set[str] = set()
+        # The kernel drops blocklisted packets on its own; its counter is the only
+        # way to learn when the first one went, so it is polled until then. Each
+        # poll runs `nft` (a few ms of CPU), so the interval backs off to 1 s and
+        # polling stops once the detection is out.
+        wait, watching = poll, blocklist is not None
         while not stop.is_set():
-            counts = datapath.counters()
-            if counts.get("blocklist_drop", {}).get("packets", 0) > 0 and not fired:
-                fired.add("blocklist_drop")
+            if watching and datapath.counters().get("blocklist_drop", {}).get("packets", 0):
                 emit("detection", detector="ip_blocklist", actions=["drop"])
+                watching = False
             try:
-                await asyncio.wait_for(stop.wait(), poll)
+                await asyncio.wait_for(stop.wait(), wait if watching else None)
             except TimeoutError:
-                pass
+                wait = min(wait * 1.25, max(poll, 1.0))
         counts = datapath.counters()
         per_pkt = runner.busy_s / runner.queued * 1e6 if runner.queued else None
         emit("counters", counters=counts, cpu_s=round(time.process_time() - cpu_at_ready, 6),
