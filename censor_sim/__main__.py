@@ -102,7 +102,8 @@ class LiveEffects(Effects):
             return
         label = reply.get("label")
         emit("probe_verdict", flow=flow, label=label, answers_replay=reply.get("answers_replay"),
-             escalated=reply.get("escalated"), error=reply.get("error"))
+             escalated=reply.get("escalated"), sources=reply.get("sources", []),
+             probes=len(reply.get("results", [])), error=reply.get("error"))
         if label in cfg.get("block_labels", []) or (
                 cfg.get("block_on_replay", False) and reply.get("answers_replay")):
             self.block_server(flow["server"], flow["server_port"], flow["proto"])

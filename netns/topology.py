@@ -224,6 +224,10 @@ class Topology:
         return topo
 
 
+# The prober's source-address pool (a topology extension): the GFW probes from
+# thousands of addresses (censors.md §3.1, §3.2), so the lab's prober may too.
+PROBER_POOL = ("198.19.250.0/24", "2001:db8:fa00::/64")
+
 # Role -> code for the default topology (ARCHITECTURE.md §1).
 SERVER_ROLES = {
     "bridge": "b",
@@ -239,7 +243,8 @@ def default_topology(proxies: int = 2) -> Topology:
     """client - censor - internet, with servers behind the internet core router.
 
     The prober hangs off the censor, as in the picture: it is the censor's
-    own vantage point for active probes.
+    own vantage point for active probes, and owns :data:`PROBER_POOL` to
+    probe from many source addresses.
     """
     if not 0 <= proxies <= 200:
         raise LabError("proxies must be between 0 and 200")
@@ -251,6 +256,8 @@ def default_topology(proxies: int = 2) -> Topology:
     t.add_link("client", "censor")
     t.add_link("censor", "inet")
     t.add_link("censor", "prober")
+    for prefix in PROBER_POOL:
+        t.add_prefix("prober", prefix)
     for role, code in SERVER_ROLES.items():
         t.add_node(role, code)
         t.add_link("inet", role)

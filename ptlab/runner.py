@@ -287,8 +287,10 @@ class LabRunner:
                                  [r["action"]]) for r in prof.policy.get("rules", []))
         if probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
             listen = f"{self.lab.addr('prober')}:9100"
+            pool = self.lab.topology.nodes["prober"].extra_prefixes
             self._start(run, Service("prober", "prober", [
-                _python(), "-m", "censor_sim.prober", "serve", "--listen", listen]), cell_dir)
+                _python(), "-m", "censor_sim.prober", "serve", "--listen", listen,
+                "--sources", ",".join(pool), "--seed", str(self.spec.seed)]), cell_dir)
             cfg["prober"] = listen
         cfg_path = cell_dir / "censor.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))

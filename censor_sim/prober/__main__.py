@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from .observe import run_suite
 from .probes import FROLOV_RANDOM_SIZES, frolov_suite
+from .sources import SourcePool
 from .verdict import looks_like, summarize
 
 PROG = "python -m censor_sim.prober"
@@ -80,10 +81,19 @@ def serve_main(argv: list[str]) -> int:
 
     p = _Parser(prog=f"{PROG} serve", description="Run the probe service.")
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on")
+    p.add_argument("--sources", default="",
+                   help="prefixes this node owns (one IPv4, one IPv6, comma separated): "
+                        "each probe connection comes from a random address in them")
+    p.add_argument("--seed", type=int, default=0, help="seed for the source addresses")
     args = p.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     try:
-        asyncio.run(serve(host.strip("[]"), _port(port)))
+        pool = SourcePool([x for x in args.sources.split(",") if x.strip()], args.seed)
+    except ValueError as exc:
+        print(f"prober: --sources: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(host.strip("[]"), _port(port), pool=pool or None))
     except argparse.ArgumentTypeError as exc:
         print(f"prober: --listen: {exc}", file=sys.stderr)
         return 2

@@ -51,6 +51,7 @@ class ProbeResult:
     error: str | None = None
     sent: int = 0
     first_data_after_s: float | None = None
+    source: str | None = None  # the prober's address for this probe (a pool draws many)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict (response as hex) for JSON-line output and result rows."""
@@ -91,7 +92,10 @@ async def observe(host: str, port: int, probe: Probe, watch_s: float,
         return result("ERROR", error=f"resolve {host!r}: {exc}")
     family, _, _, _, addr = infos[0]
 
-    sock = factory(family)
+    try:
+        sock = factory(family)
+    except OSError as exc:
+        return result("ERROR", error=str(exc))
     try:
         sock.setblocking(False)
         try:
@@ -102,7 +106,10 @@ async def observe(host: str, port: int, probe: Probe, watch_s: float,
             return result("ERROR", error=f"connect timeout after {connect_timeout} s")
         except OSError as exc:
             return result("ERROR", error=_errname(exc))
-        return await _watch(loop, sock, probe, watch_s, max_response)
+        source = sock.getsockname()[0]  # read now: a reset may clear it
+        res = await _watch(loop, sock, probe, watch_s, max_response)
+        res.source = source
+        return res
     finally:
         sock.close()
 

@@ -10,7 +10,11 @@ censor sends one JSON line per suspicious flow::
 The service waits ``delay_s`` (the censor samples it from the published delay
 distribution), runs the suites, and answers one JSON line::
 
-    {"id", "label", "answers_replay", "escalated", "results": [...]}
+    {"id", "label", "answers_replay", "escalated", "sources": [...], "results": [...]}
+
+With ``--sources PREFIX[,PREFIX6]`` every probe connection comes from its own
+random address in those prefixes (:mod:`.sources`), as the GFW's probes come
+from thousands of addresses; ``sources`` lists the distinct ones a request used.
 
 A bad request gets ``{"id"?, "error": "..."}`` and the service keeps serving.
 """
@@ -25,6 +29,7 @@ from typing import Any
 from . import alice
 from .observe import run_suite
 from .probes import frolov_suite
+from .sources import SourcePool
 from .trees import Timing, label
 
 MAX_LINE = 1 << 20
@@ -35,7 +40,8 @@ def _emit(event: str, **fields: Any) -> None:
                       **fields}, default=str), flush=True)
 
 
-async def handle_request(req: Any) -> dict[str, Any]:
+async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, Any]:
+    """Run one probe request; a bad one gets ``{"id"?, "error"}``, never an exception."""
     if not isinstance(req, dict):
         return {"error": "request must be a JSON object"}
     rid = req.get("id")
@@ -52,22 +58,25 @@ async def handle_request(req: Any) -> dict[str, Any]:
     if unknown := set(suites) - {"alice", "frolov"}:
         return {"id": rid, "error": f"bad request: unknown suites {sorted(unknown)}"}
     await asyncio.sleep(delay)
+    factory = pool.factory if pool else None
     out: dict[str, Any] = {"id": rid, "label": None, "answers_replay": False,
                            "escalated": False, "results": []}
     if "alice" in suites and payload:
-        inv = await alice.investigate(host, port, payload, watch_s=watch)
+        inv = await alice.investigate(host, port, payload, watch_s=watch, sock_factory=factory)
         out.update(answers_replay=inv.answers_replay, escalated=inv.escalated)
         out["results"] += [r.to_json() for r in inv.results]
     if "frolov" in suites:
         probes = frolov_suite()
-        results = await run_suite(host, port, probes, watch_s=watch)
+        results = await run_suite(host, port, probes, watch_s=watch, sock_factory=factory)
         out["label"] = label(results, [len(p.payload) for p in probes],
                              Timing(scale=watch / 300.0))
         out["results"] += [r.to_json() for r in results]
+    out["sources"] = sorted({r["source"] for r in out["results"] if r.get("source")})
     return out
 
 
-async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  pool: SourcePool | None) -> None:
     try:
         while line := await reader.readline():
             try:
@@ -77,7 +86,7 @@ async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
             else:
                 _emit("request", request={k: v for k, v in req.items() if k != "first_payload"}
                       if isinstance(req, dict) else req)
-                reply = await handle_request(req)
+                reply = await handle_request(req, pool)
             _emit("verdict", **{k: v for k, v in reply.items() if k != "results"})
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
@@ -87,9 +96,12 @@ async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         writer.close()
 
 
-async def serve(host: str, port: int, stop: asyncio.Event | None = None) -> None:
-    server = await asyncio.start_server(_client, host, port, limit=MAX_LINE)
-    _emit("ready", listen=f"{host}:{port}")
+async def serve(host: str, port: int, stop: asyncio.Event | None = None,
+                pool: SourcePool | None = None) -> None:
+    server = await asyncio.start_server(lambda r, w: _client(r, w, pool), host, port,
+                                        limit=MAX_LINE)
+    _emit("ready", listen=f"{host}:{port}",
+          sources=[str(n) for n in pool.nets.values()] if pool else [])
     async with server:
         if stop is None:
             await server.serve_forever()

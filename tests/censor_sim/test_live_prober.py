@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 import time
 
@@ -20,8 +21,10 @@ def test_a_server_that_answers_replays_is_blocked_and_a_silent_one_is_not(
     echo([7500])              # answers anything, replays included: no replay filter
     echo([7501], sink=True)   # never answers
     listen = f"{censor_lab.addr('prober')}:9100"
+    pool = censor_lab.topology.nodes["prober"].extra_prefixes
     prober = LabProcess(censor_lab.ns("prober"), [sys.executable, "-m", "censor_sim.prober",
-                                                  "serve", "--listen", listen],
+                                                  "serve", "--listen", listen,
+                                                  "--sources", ",".join(pool)],
                         "prober", tmp_path / "prober.log").start()
     try:
         prober.wait_log('"event": "ready"', timeout=15)
@@ -42,7 +45,12 @@ def test_a_server_that_answers_replays_is_blocked_and_a_silent_one_is_not(
         assert len(delays) == 2 and all(0.0028 <= d <= 1.0 for d in delays)
         assert tcp(srv, 7500, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.8) == "connect-timeout"
         assert tcp(srv, 7501, [b"GET / HTTP/1.1\r\n\r\n"], timeout=0.5) == "timeout"  # open
-        # The probes came from the prober node, not the client.
+        # The probes came from the prober's pool, each connection its own address
+        # (none from the client or the prober's link address).
+        v4 = ipaddress.ip_network(pool[0])
+        for v in verdicts.values():
+            assert len(v["sources"]) == v["probes"] >= 3
+            assert all(ipaddress.ip_address(a) in v4 for a in v["sources"])
         assert '"event": "verdict"' in prober.log_text()
         assert censor.stop()["counters"]["server_drop"]["packets"] >= 1
     finally:
