@@ -50,6 +50,8 @@ class CellRun:
     procs: list[LabProcess] = field(default_factory=list)
     captures: list[Capture] = field(default_factory=list)
     censor: LabProcess | None = None
+    # Interfaces whose GSO was limited for this cell, restored when it stops.
+    gso_limited: list[tuple[str, str]] = field(default_factory=list)
 
 
 class LabRunner:
@@ -229,6 +231,8 @@ class LabRunner:
                 self._start_captures(run)
                 row.pcaps = [str(c.pcap.relative_to(self.out)) for c in run.captures]
             run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
+            if run.gso_limited:
+                row.notes.append("policing cell: hosts sent wire-sized packets (gso_max_segs 1)")
             for svc in plugin.servers(ctx):
                 self._start(run, svc, cell_dir)
             t_client = time.time()
@@ -285,6 +289,8 @@ class LabRunner:
                "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
         probes = any("probe" in (r["action"] if isinstance(r["action"], list) else
                                  [r["action"]]) for r in prof.policy.get("rules", []))
+        if "throttle" in prof.actions:
+            self._wire_sized_segments(run)
         if probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
             listen = f"{self.lab.addr('prober')}:9100"
             pool = self.lab.topology.nodes["prober"].extra_prefixes
@@ -297,6 +303,24 @@ class LabRunner:
         return self._start(run, Service("censor", "censor",
                                         [_python(), "-m", "censor_sim", "--config",
                                          str(cfg_path)]), cell_dir)
+
+    def _wire_sized_segments(self, run: CellRun) -> None:
+        """Make every lab host send MTU-sized packets for a policing cell.
+
+        With TSO a veth hands the censor 64 KB super-packets; the kernel policer
+        then drops up to 44 segments at a time and a 2 Mbit/s throttle lands
+        10-15 % low. Real links carry wire-sized packets, so the hosts' GSO is
+        limited to one segment (`gso_max_segs 1`) while the cell runs.
+        """
+        assert self.lab
+        topo = self.lab.topology
+        for role, node in topo.nodes.items():
+            if node.router:
+                continue
+            for lk in topo.links_of(role):
+                dev = self.lab.iface(role, lk.other(role))
+                self.lab.exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
+                run.gso_limited.append((role, dev))
 
     def _resolve_roles(self, value: Any) -> Any:
         """Replace "role:NAME" with every address of lab node NAME."""
@@ -432,6 +456,9 @@ class LabRunner:
     def _stop_cell(self, run: CellRun) -> None:
         for p in reversed(run.procs):
             p.stop()
+        assert self.lab
+        for role, dev in run.gso_limited:  # the veth default
+            self.lab.exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
         for c in run.captures:
             try:
                 c.stop()

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +214,28 @@ def test_tspu_throttle_polices_a_1mb_fetch_to_the_configured_rate(censor_lab, ru
     finally:
         srv.close()
         censor_lab.exec("bridge", ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
+
+
+def _largest_frame(pcap: Path) -> int:
+    from scapy.utils import RawPcapReader
+
+    return max((meta.wirelen for _, meta in RawPcapReader(str(pcap))), default=0)
+
+
+def test_runner_makes_hosts_send_wire_sized_packets_in_policing_cells(lab):
+    """TSO super-packets would make the kernel policer undershoot; the runner limits
+    GSO on every host while a throttling profile runs, and restores it after."""
+    plain = lab.run_cell("direct", "none", bulk_size=2_000_000)
+    policed = lab.run_cell("direct", "tspu-sni-throttle-2021", bulk_size=2_000_000)
+    assert plain.status == policed.status == "reachable", (plain.error, policed.error)
+    assert any("gso_max_segs 1" in n for n in policed.notes)
+    assert not any("gso_max_segs" in n for n in plain.notes)
+
+    def largest(row) -> int:
+        return max(_largest_frame(lab.out_dir / p) for p in row.pcaps)
+
+    assert largest(plain) > 1514  # super-packets cross the router unless limited
+    assert largest(policed) <= 1514
+    dev = lab.lab.iface("bridge", "inet")
+    link = lab.lab.exec("bridge", ["ip", "-d", "link", "show", "dev", dev]).stdout
+    assert "gso_max_segs 65535" in link
