@@ -68,8 +68,10 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
     if "frolov" in suites:
         probes = frolov_suite()
         results = await run_suite(host, port, probes, watch_s=watch, sock_factory=factory)
+        # The paper's clock shrunk to this watch; "under 2 s" never below a quarter
+        # second, so a short lab watch does not demand a reaction in milliseconds.
         out["label"] = label(results, [len(p.payload) for p in probes],
-                             Timing(scale=watch / 300.0))
+                             Timing.for_watch(watch, fast_floor_s=0.25, jitter_s=0.01))
         out["results"] += [r.to_json() for r in results]
     out["sources"] = sorted({r["source"] for r in out["results"] if r.get("source")})
     return out

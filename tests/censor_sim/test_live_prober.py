@@ -78,3 +78,83 @@ def test_runner_starts_the_prober_and_obfs4_survives_it(lab):
     assert row.status == "reachable", row.error
     assert row.probes_sent >= 1 and row.detector == "fet" and row.action == "probe"
     assert sum(row.probe_verdicts.values()) == row.probes_sent
+
+
+class _ThresholdServer:
+    """Outline 1.0.6's reaction (Frolov et al. §IV-B): read 50 bytes that fail to
+    authenticate, then close; ``threshold=None`` reads forever (MTProto-like)."""
+
+    def __init__(self, ns: str, addr: str, port: int, threshold: int | None) -> None:
+        import socket
+        import threading
+
+        from netns.nsenter import ns_socket
+
+        self.threshold = threshold
+        self.sock = ns_socket(ns)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((addr, port))
+        self.sock.listen(64)
+        self.conns: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c) -> None:
+        try:
+            got = 0
+            while self.threshold is None or got < self.threshold:
+                chunk = c.recv(65536 if self.threshold is None else self.threshold - got)
+                if not chunk:
+                    return
+                got += len(chunk)
+            c.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_frolov_trees_label_what_they_probe_and_a_label_blocks(
+        censor_lab, run_censor, tcp, tmp_path):
+    """The Frolov suite in the live loop: an Outline-like server (closes after 50
+    bytes) is labelled and blocked; a read-forever server is labelled MTProto-like
+    and, not being on the block list, stays reachable."""
+    srv = censor_lab.addr("bridge")
+    outline = _ThresholdServer(censor_lab.ns("bridge"), srv, 7510, 50)
+    forever = _ThresholdServer(censor_lab.ns("bridge"), srv, 7511, None)
+    listen = f"{censor_lab.addr('prober')}:9101"
+    prober = LabProcess(censor_lab.ns("prober"), [sys.executable, "-m", "censor_sim.prober",
+                                                  "serve", "--listen", listen],
+                        "prober", tmp_path / "prober.log").start()
+    try:
+        prober.wait_log('"event": "ready"', timeout=15)
+        censor = run_censor("gfw-prober", {"prober": {
+            "suites": ["frolov"], "watch_s": 1.5, "delay_s": 0.1, "block_on_replay": False,
+            "block_labels": ["shadowsocks-outline"]}}, prober=listen)
+        tcp(srv, 7510, [NOISE], timeout=0.5)  # the real clients' first payloads
+        tcp(srv, 7511, [NOISE], timeout=0.5)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(censor.events("probe_verdict")) < 2:
+            time.sleep(0.2)
+        labels = {e["flow"]["server_port"]: e["label"] for e in censor.events("probe_verdict")}
+        assert labels == {7510: "shadowsocks-outline", 7511: "mtproto"}
+        assert [e["port"] for e in censor.events("block_server")] == [7510]
+        assert tcp(srv, 7510, [b"x" * 10], timeout=0.8) == "connect-timeout"
+        assert tcp(srv, 7511, [b"x" * 10], timeout=0.5) == "timeout"  # reachable, silent
+    finally:
+        prober.stop()
+        outline.close()
+        forever.close()
