@@ -50,6 +50,10 @@ class BrokerConfig:
     burst: float = 60.0
     trusted_edges: tuple[str, ...] = ()
     read_limit: int = READ_LIMIT
+    # Pool proxies that report NAT "unknown" with the unrestricted ones. Tor's
+    # broker never does; a lab without NAT (where Debian's 2.5.1 proxy cannot
+    # reach its hard-wired probe service) should.
+    unknown_proxies_unrestricted: bool = False
 
 
 @dataclass
@@ -71,7 +75,7 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config or BrokerConfig()
-        self.pools = Pools()
+        self.pools = Pools(self.config.unknown_proxies_unrestricted)
         self.stats = Stats()
         self.allowed = RelayPattern.parse(self.config.allowed_relay_pattern)
         self.limiter = RateLimiter(self.config.rate_per_s, self.config.burst, clock,

@@ -44,15 +44,19 @@ class Pools:
     """The two heaps. Removal is lazy: an entry leaves when popped or when its
     ``pooled`` flag is cleared (the poll timed out or the proxy went away)."""
 
-    def __init__(self) -> None:
+    def __init__(self, unknown_is_unrestricted: bool = False) -> None:
+        # In a network with no NAT at all (the lab), a proxy whose NAT test could not
+        # run is in fact unrestricted; Tor's broker must assume the worse case.
+        self.unknown_is_unrestricted = unknown_is_unrestricted
         self._heaps: dict[str, list[tuple[int, int, Snowflake]]] = {
             "unrestricted": [], "restricted": []}
         self._seq = itertools.count()
         self.by_sid: dict[str, Snowflake] = {}
 
-    @staticmethod
-    def _pool(nat: str) -> str:
-        return "unrestricted" if nat == "unrestricted" else "restricted"
+    def _pool(self, nat: str) -> str:
+        if nat == "unrestricted" or (nat == "unknown" and self.unknown_is_unrestricted):
+            return "unrestricted"
+        return "restricted"
 
     def add(self, sf: Snowflake) -> None:
         self.by_sid[sf.sid] = sf

@@ -147,6 +147,16 @@ async def test_nat_matching(broker, proxies, client_nat, winner):
         client.cancel()
 
 
+async def test_unknown_proxies_can_be_pooled_as_unrestricted_in_a_lab_without_nat(broker):
+    for flag, status in ((False, m.STATUS_NO_MATCH), (True, m.STATUS_MATCH)):
+        b, http = await broker(unknown_proxies_unrestricted=flag)
+        proxy = asyncio.create_task(proxy_poll(http, poll(f"u{flag}", "unknown")))
+        await waiting(b, 1)
+        client = asyncio.create_task(client_poll(http, "unknown"))
+        assert (await proxy).status == status
+        client.cancel()
+
+
 @pytest.mark.parametrize("pattern, ok", [
     ("^snowflake.lab$", True), ("snowflake.lab$", True), ("lab$", True), ("$", True),
     ("^other.lab$", False), ("^lab$", False), ("evil.example$", False),

@@ -1,11 +1,11 @@
 """ru-snowflake-dtls-2022 against Debian's pion binaries (snowflake-proxy, snowflake-client).
 
-A minimal rendezvous in the test (a long-poll broker and a WebSocket relay
-that records what arrives) lets Debian's snowflake-proxy on the bridge node
-and snowflake-client on the client node set up a real WebRTC data channel
-across the censor (recipe: ../shared/protocols/snowflake.md §5.4). The DTLS
-hellos are captured on the censor and the Russian rules are evaluated on
-them; then the same session runs under the censor profile, which must stop it.
+Our broker (``python -m broker``) and a WebSocket relay that records what
+arrives let Debian's snowflake-proxy on the bridge node and snowflake-client
+on the client node set up a real WebRTC data channel across the censor
+(recipe: ../shared/protocols/snowflake.md §5.4). The DTLS hellos are captured
+on the censor and the Russian rules are evaluated on them; then the same
+session runs under the censor profile, which must stop it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from censor_sim.detectors import dtls
 from netns.capture import Capture
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
+from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
 pytestmark = [pytest.mark.lab, pytest.mark.interop,
               pytest.mark.skipif(not (shutil.which("snowflake-proxy")
@@ -36,50 +38,21 @@ NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route anywhere in the lab: gatheri
 
 
 class Rendezvous:
-    """Broker (/proxy, /answer, /client) on the broker node; relay on the bridge node."""
+    """Our broker (``python -m broker``) on the broker node; a recording relay on the bridge."""
 
-    def __init__(self, lab) -> None:
+    def __init__(self, lab, out: Path) -> None:
         self.lab = lab
-        self.offers: asyncio.Queue[str] = asyncio.Queue()
-        self.answer: asyncio.Future[str] | None = None
+        self.out = out
         self.relayed = bytearray()
+        self.relay_queries: list[str] = []
         self.runners: list = []
+        self.broker: LabProcess | None = None
 
     async def start(self) -> None:
         from aiohttp import WSMsgType, web
 
-        async def proxy(request: web.Request) -> web.Response:
-            await request.read()
-            try:
-                offer = await asyncio.wait_for(self.offers.get(), 8)
-            except TimeoutError:
-                return web.json_response({"Status": "no match"})
-            self.answer = asyncio.get_running_loop().create_future()
-            return web.json_response({"Status": "client match", "Offer": offer, "NAT": "unknown",
-                                      "RelayURL": self.relay_url})
-
-        async def answer(request: web.Request) -> web.Response:
-            body = json.loads(await request.read())
-            if self.answer and not self.answer.done():
-                self.answer.set_result(body["Answer"])
-            return web.json_response({"Status": "success"})
-
-        async def client(request: web.Request) -> web.Response:
-            text = (await request.read()).decode()
-            version, _, body = text.partition("\n")
-            assert version == "1.0"
-            await self.offers.put(json.loads(body)["offer"])
-            for _ in range(100):
-                if self.answer is not None:
-                    break
-                await asyncio.sleep(0.1)
-            try:
-                ans = await asyncio.wait_for(asyncio.shield(self.answer), 10)  # type: ignore
-            except (TimeoutError, TypeError):
-                return web.json_response({"error": "timed out waiting for answer!"})
-            return web.json_response({"answer": ans})
-
         async def relay(request: web.Request) -> web.WebSocketResponse:
+            self.relay_queries.append(request.query_string)
             ws = web.WebSocketResponse()
             await ws.prepare(request)
             async for msg in ws:
@@ -87,30 +60,50 @@ class Rendezvous:
                     self.relayed += msg.data
             return ws
 
-        broker_app = web.Application()
-        broker_app.add_routes([web.post("/proxy", proxy), web.post("/answer", answer),
-                               web.post("/client", client)])
         relay_app = web.Application()
         relay_app.add_routes([web.get("/", relay)])
-        for app, role, port in ((broker_app, "broker", 8080), (relay_app, "bridge", 8081)):
-            sock = ns_socket(self.lab.ns(role))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.lab.addr(role), port))
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.SockSite(runner, sock).start()
-            self.runners.append(runner)
-        self.broker_url = f"http://{self.lab.addr('broker')}:8080/"
+        sock = ns_socket(self.lab.ns("bridge"))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.lab.addr("bridge"), 8081))
+        runner = web.AppRunner(relay_app)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self.runners.append(runner)
         self.relay_url = f"ws://{self.lab.addr('bridge')}:8081/"
+        bridges = self.out / "bridges.jsonl"
+        bridges.write_text(json.dumps({"displayName": "lab", "webSocketAddress": self.relay_url,
+                                       "fingerprint": DEFAULT_BRIDGE_FINGERPRINT}) + "\n")
+        exact = f"^{self.lab.addr('bridge')}$"
+        self.broker = LabProcess(self.lab.ns("broker"), [
+            sys.executable, "-m", "broker", "--addr", f"{self.lab.addr('broker')}:8080",
+            "--disable-tls", "--allowed-relay-pattern", exact, "--default-relay-pattern", exact,
+            "--bridge-list-path", str(bridges), "--proxy-timeout", "8",
+            "--unknown-proxies-unrestricted"],  # the lab has no NAT; the proxy can't probe
+            "broker", self.out / "broker.log").start()
+        await asyncio.to_thread(self.broker.wait_log, '"event": "ready"', 20)
+        self.broker_url = f"http://{self.lab.addr('broker')}:8080/"
+
+    def broker_stats(self) -> dict:
+        assert self.broker is not None
+        self.broker.stop()
+        for line in self.broker.log_text().splitlines():
+            if '"event": "stats"' in line:
+                return json.loads(line)
+        return {}
 
     async def close(self) -> None:
+        if self.broker is not None and self.broker.running():
+            self.broker.stop()
         for r in self.runners:
             await r.cleanup()
 
 
-async def snowflake_session(lab, out: Path, wait_s: float) -> bytes:
-    """Run proxy + client through the censor; return what reached the relay."""
-    rv = Rendezvous(lab)
+async def snowflake_session(lab, out: Path, wait_s: float,
+                            seen: dict | None = None) -> bytes:
+    """Run Debian's proxy and client through the censor, rendezvousing through our
+    broker; return what reached the relay (and, in ``seen``, the relay's query
+    strings and the broker's final counters)."""
+    rv = Rendezvous(lab, out)
     await rv.start()
     host = lab.addr("bridge")  # a suffix pattern, not a regex (snowflake.md §5.4)
     proxy = LabProcess(lab.ns("bridge"), [
@@ -140,6 +133,9 @@ async def snowflake_session(lab, out: Path, wait_s: float) -> bytes:
         client.terminate()
         client.wait(5)
         proxy.stop()
+        if seen is not None:
+            seen["relay_queries"] = rv.relay_queries
+            seen["broker"] = rv.broker_stats()
         await rv.close()
 
 
@@ -184,10 +180,16 @@ async def test_pion_hellos_captured_in_the_lab_match_the_2022_rule(censor_lab, t
     cap = Capture(censor_lab.ns("censor"), censor_lab.iface("censor", "client"),
                   tmp_path / "dtls.pcap", snaplen=4096, bpf="udp").start()
     try:
-        relayed = await snowflake_session(censor_lab, tmp_path, wait_s=25)
+        seen: dict = {}
+        relayed = await snowflake_session(censor_lab, tmp_path, wait_s=25, seen=seen)
     finally:
         cap.stop()
     assert relayed.startswith(TOKEN), "no data channel with no censor: the setup is broken"
+    # Debian's proxy and client rendezvoused through our broker, and the proxy told
+    # the relay the client's address (snowflake.md §2.4).
+    assert seen["broker"]["client_matched"] == 1 and seen["broker"]["bad_requests"] == 0
+    assert seen["broker"]["proxy_polls"] >= 1
+    assert f"client_ip={censor_lab.addr('client')}" in seen["relay_queries"]
     hellos = dtls_hellos(tmp_path / "dtls.pcap")
     ch = [p for kind, p in hellos if kind == "client_hello"]
     sh = [p for kind, p in hellos if kind == "server_hello"]

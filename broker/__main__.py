@@ -1,0 +1,106 @@
+"""``python -m broker``: run the Snowflake broker.
+
+Flags follow Tor's broker where they overlap (``--addr``, ``--disable-tls``,
+``--cert``/``--key``, ``--allowed-relay-pattern``, ``--default-relay-pattern``,
+``--bridge-list-path``); the rest are ours (timers, rate limits, the trusted
+edge). Prints one JSON ``ready`` line when it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import ssl
+import sys
+import time
+
+from aiohttp import web
+
+from .app import Broker, BrokerConfig
+from .bridges import BridgeListError, load
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m broker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--addr", default=":443", help="HOST:PORT to listen on (default :443)")
+    p.add_argument("--disable-tls", action="store_true", help="serve plain HTTP")
+    p.add_argument("--cert", help="TLS certificate (PEM)")
+    p.add_argument("--key", help="TLS private key (PEM)")
+    p.add_argument("--allowed-relay-pattern", default="snowflake.torproject.net$")
+    p.add_argument("--default-relay-pattern", default="snowflake.torproject.net$",
+                   help="pattern presumed for proxies that send none")
+    p.add_argument("--bridge-list-path", help="JSON lines of bridges (default: snowflake-01)")
+    p.add_argument("--proxy-timeout", type=float, default=10.0, help="proxy long poll (s)")
+    p.add_argument("--client-timeout", type=float, default=10.0,
+                   help="how long a client waits for an answer (s; Tor 2.14 uses 5)")
+    p.add_argument("--next-poll", type=int, default=20_000,
+                   help="NextPoll sent to proxies (ms; 0 to omit it, as 2.5.1 does)")
+    p.add_argument("--rate", type=float, default=20.0, help="requests/s per source")
+    p.add_argument("--burst", type=float, default=60.0, help="burst per source")
+    p.add_argument("--unknown-proxies-unrestricted", action="store_true",
+                   help="match proxies whose NAT is unknown as unrestricted (a lab without NAT)")
+    p.add_argument("--trusted-edge", action="append", default=[],
+                   help="address of a front (the lab's TLS edge) whose X-Forwarded-For counts")
+    return p.parse_args(argv)
+
+
+def _fail(msg: str) -> int:
+    print(f"broker: {msg}", file=sys.stderr)
+    return 2
+
+
+async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext | None) -> None:
+    host, _, port = args.addr.rpartition(":")
+    broker = Broker(cfg)
+    runner = web.AppRunner(broker.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host.strip("[]") or None, int(port), ssl_context=tls).start()
+    print(json.dumps({"ts": round(time.time(), 6), "component": "broker", "event": "ready",
+                      "listen": args.addr, "tls": tls is not None}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print(json.dumps({"ts": round(time.time(), 6), "component": "broker", "event": "stats",
+                      **broker.stats.__dict__}), flush=True)
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _, _, port = args.addr.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return _fail(f"--addr {args.addr!r}: expected HOST:PORT")
+    tls = None
+    if not args.disable_tls:
+        if not (args.cert and args.key):
+            return _fail("TLS needs --cert and --key (or --disable-tls)")
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            tls.load_cert_chain(args.cert, args.key)
+        except (OSError, ssl.SSLError) as exc:
+            return _fail(f"cannot load --cert/--key: {exc}")
+    try:
+        bridges = load(args.bridge_list_path)
+    except BridgeListError as exc:
+        return _fail(str(exc))
+    cfg = BrokerConfig(proxy_timeout_s=args.proxy_timeout, client_timeout_s=args.client_timeout,
+                       next_poll_ms=args.next_poll or None,
+                       allowed_relay_pattern=args.allowed_relay_pattern,
+                       default_relay_pattern=args.default_relay_pattern, bridges=bridges,
+                       rate_per_s=args.rate, burst=args.burst,
+                       trusted_edges=tuple(args.trusted_edge),
+                       unknown_proxies_unrestricted=args.unknown_proxies_unrestricted)
+    try:
+        asyncio.run(serve(args, cfg, tls))
+    except OSError as exc:
+        return _fail(f"cannot listen on {args.addr}: {exc.strerror or exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
