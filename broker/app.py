@@ -165,12 +165,15 @@ class Broker:
             self.pools.withdraw(old)  # the same proxy polls again: the newer poll counts
         self.pools.add(sf)
         try:
-            offer = await asyncio.wait_for(asyncio.shield(sf.offer), self.config.proxy_timeout_s)
+            await asyncio.wait_for(asyncio.shield(sf.offer), self.config.proxy_timeout_s)
         except TimeoutError:
-            offer = None
+            pass
         finally:
             if not sf.offer.done():
                 self.pools.withdraw(sf)
+        # Read the future, not wait_for's outcome: a client may take this proxy in the
+        # very iteration its timer fires, and that offer must not be lost.
+        offer = sf.offer.result() if sf.offer.done() else None
         if offer is None:
             return self._raw(m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=nxt).encode())
         self.stats.proxy_matches += 1

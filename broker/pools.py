@@ -60,7 +60,9 @@ class Pools:
 
     def add(self, sf: Snowflake) -> None:
         self.by_sid[sf.sid] = sf
-        heapq.heappush(self._heaps[self._pool(sf.nat)], (sf.clients, next(self._seq), sf))
+        # Ties go to the newest poll: the oldest is the nearest its timeout, and its
+        # proxy the likeliest to be gone.
+        heapq.heappush(self._heaps[self._pool(sf.nat)], (sf.clients, -next(self._seq), sf))
 
     def withdraw(self, sf: Snowflake) -> None:
         """The poll ended without a match: it can no longer be offered."""

@@ -294,3 +294,33 @@ def test_fuzzed_amp_paths_get_an_amp_page(path):
                 assert json.loads(amp.decode(await r.read()))
 
     asyncio.run(run())
+
+
+async def test_an_offer_taken_as_the_poll_times_out_still_reaches_the_proxy(broker, monkeypatch):
+    """The race the 1,000-proxy benchmark found: a client takes a proxy in the same
+    loop iteration as that proxy's long-poll timer fires."""
+    import broker.app as app_module
+
+    b, http = await broker()
+
+    async def timeout_after_match(fut, timeout):
+        sf = b.pools.match("restricted")
+        assert sf is not None
+        sf.offer.set_result(app_module.ClientOffer(OFFER, "restricted", FP))
+        raise TimeoutError
+
+    monkeypatch.setattr(app_module.asyncio, "wait_for", timeout_after_match)
+    got = await proxy_poll(http, poll("racy"))
+    assert got.status == m.STATUS_MATCH and got.offer == OFFER
+
+
+async def test_ties_go_to_the_newest_poll(broker):
+    b, http = await broker()
+    old = asyncio.create_task(proxy_poll(http, poll("old")))
+    await waiting(b, 1)
+    new = asyncio.create_task(proxy_poll(http, poll("new")))
+    await waiting(b, 2)
+    client = asyncio.create_task(client_poll(http))
+    assert (await new).status == m.STATUS_MATCH
+    assert (await old).status == m.STATUS_NO_MATCH
+    client.cancel()
