@@ -239,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(direct, obfs4, ...) is offered.", add_help=True)
     pt.set_defaults(fn=cmd_pt)
 
+    sub.add_parser("snowflake-proxy", help="run our Snowflake volunteer proxy (see "
+                   "ptlab snowflake-proxy -h)", add_help=False)
+
     cen = sub.add_parser("censor", help="run a censor profile on real interfaces",
                          description="Run one censor profile on this host's interfaces "
                                      "(for example on a VM router) until SIGINT/SIGTERM; "
@@ -262,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from .spec import SpecError
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["snowflake-proxy"]:  # Go-style single-dash flags: its own parser
+        from transports.snowflake.proxy_cli import main as proxy_main
+
+        return proxy_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -77,7 +77,7 @@ class Rendezvous:
         self.broker = LabProcess(self.lab.ns("broker"), [
             sys.executable, "-m", "broker", "--addr", f"{self.lab.addr('broker')}:8080",
             "--disable-tls", "--allowed-relay-pattern", exact, "--default-relay-pattern", exact,
-            "--bridge-list-path", str(bridges), "--proxy-timeout", "8",
+            "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
             "--unknown-proxies-unrestricted"],  # the lab has no NAT; the proxy can't probe
             "broker", self.out / "broker.log").start()
         await asyncio.to_thread(self.broker.wait_log, '"event": "ready"', 20)
@@ -99,18 +99,23 @@ class Rendezvous:
 
 
 async def snowflake_session(lab, out: Path, wait_s: float,
-                            seen: dict | None = None) -> bytes:
+                            seen: dict | None = None, our_proxy: bool = False) -> bytes:
     """Run Debian's proxy and client through the censor, rendezvousing through our
     broker; return what reached the relay (and, in ``seen``, the relay's query
     strings and the broker's final counters)."""
     rv = Rendezvous(lab, out)
     await rv.start()
     host = lab.addr("bridge")  # a suffix pattern, not a regex (snowflake.md §5.4)
-    proxy = LabProcess(lab.ns("bridge"), [
-        "snowflake-proxy", "-broker", rv.broker_url, "-relay", rv.relay_url,
-        "-allowed-relay-hostname-pattern", f"{host}$", "-allow-non-tls-relay",
-        "-stun", NO_ROUTE_STUN, "-verbose", "-summary-interval", "1h"],
-        "snowflake-proxy", out / "proxy.log").start()
+    if our_proxy:  # an internal relay address must be named exactly (relaycheck)
+        argv = [sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", rv.broker_url,
+                "-relay", rv.relay_url, "-allowed-relay-hostname-pattern", f"^{host}$",
+                "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN, "-poll-interval", "1",
+                "-unsafe-logging"]
+    else:
+        argv = ["snowflake-proxy", "-broker", rv.broker_url, "-relay", rv.relay_url,
+                "-allowed-relay-hostname-pattern", f"{host}$", "-allow-non-tls-relay",
+                "-stun", NO_ROUTE_STUN, "-verbose", "-summary-interval", "1h"]
+    proxy = LabProcess(lab.ns("bridge"), argv, "snowflake-proxy", out / "proxy.log").start()
     state = out / "client-state"
     state.mkdir(exist_ok=True)
     env = {**os.environ, "TOR_PT_MANAGED_TRANSPORT_VER": "1",
@@ -209,3 +214,26 @@ async def test_ru_snowflake_dtls_2022_stops_the_session(censor_lab, run_censor, 
     assert det and det[0]["detector"] == "dtls"
     assert det[0]["evidence"]["rule"] == "ru_2022_clienthello"
     assert censor.stop()["counters"]["flow_drop"]["packets"] >= 1
+
+
+async def test_debian_client_through_our_broker_and_our_aiortc_proxy(censor_lab, tmp_path):
+    """Debian's snowflake-client rendezvouses through our broker with our proxy: the
+    Turbo Tunnel preamble reaches the relay with the client's address. Our proxy is
+    the DTLS client here (answerer, setup:active), and aiortc's ClientHello is not
+    pion's: the May 2022 Russian rule does not match it (snowflake.md §6.3)."""
+    cap = Capture(censor_lab.ns("censor"), censor_lab.iface("censor", "client"),
+                  tmp_path / "dtls.pcap", snaplen=4096, bpf="udp").start()
+    try:
+        seen: dict = {}
+        relayed = await snowflake_session(censor_lab, tmp_path, wait_s=25, seen=seen,
+                                          our_proxy=True)
+    finally:
+        cap.stop()
+    assert relayed.startswith(TOKEN), (tmp_path / "proxy.log").read_text()[-2000:]
+    assert seen["broker"]["client_matched"] == 1
+    assert f"client_ip={censor_lab.addr('client')}" in seen["relay_queries"]
+    ch = [p for kind, p in dtls_hellos(tmp_path / "dtls.pcap") if kind == "client_hello"]
+    assert ch, "no DTLS ClientHello captured"
+    hello = dtls.parse_client_hello(ch[0])
+    assert hello.supported_groups[:5] == [0x1D, 0x17, 0x1E, 0x18, 0x19]  # aiortc's, not pion's
+    assert not dtls.ru_2022_clienthello(ch[0])

@@ -1,0 +1,260 @@
+"""The Snowflake volunteer proxy (aiortc): poll the broker, answer offers, relay.
+
+Behaviour follows Tor's standalone proxy (``proxy/lib``; snowflake.md §2):
+1.3 polls with a Sid kept across "no match" polls and renewed after a match;
+the broker's ``NextPoll`` (2.14) or a 5 s interval between polls; an answer
+only after ICE gathering completes (no trickle), with local candidates
+stripped; the relay URL checked first (:mod:`.relaycheck`); the data channel
+must open within 20 s, and a relay silent toward the client for 30 s ends the
+session. Sessions run concurrently, like 2.14's, up to ``capacity``.
+
+The defaults are Tor's public settings, so a volunteer can run it as is;
+tests always override them. Client addresses never reach the log unless
+``unsafe_logging`` is set. aiortc's DTLS and SDP differ from pion's (aiortc
+offers other ciphers and groups, three fingerprints, real ports in ``m=``):
+a censor can tell this proxy from Tor's (README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from . import messages as m
+from .relaycheck import RelayRefused, check_relay
+from .sdputil import client_ip, strip_local_candidates
+
+log = logging.getLogger("snowflake-proxy")
+
+
+@dataclass
+class ProxyConfig:
+    broker: str = "https://snowflake-broker.torproject.net/"
+    relay: str = "wss://snowflake.torproject.net/"
+    stun: list[str] = field(default_factory=lambda: ["stun:stun.l.google.com:19302"])
+    allowed_relay_pattern: str = "snowflake.torproject.net$"
+    allow_non_tls_relay: bool = False
+    allow_private_relay: bool = False
+    keep_local_addresses: bool = False
+    capacity: int = 0  # 0: unlimited
+    poll_interval_s: float = 5.0
+    datachannel_timeout_s: float = 20.0
+    inactivity_timeout_s: float = 30.0
+    broker_timeout_s: float = 30.0
+    nat: str = "unknown"
+    proxy_type: str = "standalone"
+    unsafe_logging: bool = False
+
+
+@dataclass
+class ProxyStats:
+    connections: int = 0
+    timeouts: int = 0
+    inbound_bytes: int = 0  # from the client (data channel) toward the relay
+    outbound_bytes: int = 0  # from the relay toward the client
+    refused_relays: int = 0
+    polls: int = 0
+
+    def prometheus(self) -> str:
+        """Tor's 2.14 proxy metrics, in the Prometheus text format."""
+        rows = [("connections_total", "Connections served", self.connections),
+                ("connection_timeouts_total", "Data channels that never opened", self.timeouts),
+                ("traffic_inbound_bytes_total", "Bytes from clients", self.inbound_bytes),
+                ("traffic_outbound_bytes_total", "Bytes to clients", self.outbound_bytes)]
+        out = []
+        for name, help_, value in rows:
+            full = f"tor_snowflake_proxy_{name}"
+            out += [f"# HELP {full} {help_}", f"# TYPE {full} counter", f"{full} {value}"]
+        return "\n".join(out) + "\n"
+
+
+def new_sid() -> str:
+    return base64.b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+class SnowflakeProxy:
+    """Run with :meth:`run`; :attr:`stats` counts what it did."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.stats = ProxyStats()
+        self.sessions: set[asyncio.Task[None]] = set()
+        self._http: aiohttp.ClientSession | None = None
+
+    def _addr(self, addr: str | None) -> str:
+        return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
+
+    @property
+    def clients(self) -> int:
+        return len(self.sessions)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=self.config.broker_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            self._http = http
+            sid = new_sid()
+            try:
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    wait = self.config.poll_interval_s
+                    if self.config.capacity and self.clients >= self.config.capacity:
+                        await _sleep_or_stop(stop, 1.0)
+                        continue
+                    try:
+                        resp = await self.poll(sid)
+                    except (aiohttp.ClientError, OSError, m.MessageError, TimeoutError) as exc:
+                        log.warning("error polling broker: %s", exc)
+                        resp = None
+                    if resp is not None:
+                        if resp.next_poll_ms is not None:
+                            wait = max(1.0, resp.next_poll_ms / 1000)
+                        if resp.status == m.STATUS_MATCH:
+                            task = asyncio.create_task(self.session(sid, resp))
+                            self.sessions.add(task)
+                            task.add_done_callback(self.sessions.discard)
+                            sid = new_sid()
+                            continue  # poll again at once, as Tor's proxy does
+                        if resp.status != m.STATUS_NO_MATCH:
+                            log.warning("broker: %s", resp.status)
+                            sid = new_sid()
+                    await _sleep_or_stop(stop, max(0.0, wait - (time.monotonic() - t0)))
+            finally:
+                for t in list(self.sessions):
+                    t.cancel()
+                await asyncio.gather(*self.sessions, return_exceptions=True)
+
+    async def poll(self, sid: str) -> m.ProxyPollResponse:
+        assert self._http is not None
+        clients = self.clients // 8 * 8  # Tor rounds down to a multiple of 8
+        body = m.ProxyPoll(sid, self.config.proxy_type, self.config.nat, clients,
+                           self.config.allowed_relay_pattern).encode()
+        self.stats.polls += 1
+        async with self._http.post(self.config.broker.rstrip("/") + "/proxy", data=body) as r:
+            data = await r.content.read(100_000)
+            if r.status != 200:
+                raise m.MessageError(f"broker answered HTTP {r.status}")
+        return m.ProxyPollResponse.decode(data)
+
+    async def session(self, sid: str, match: m.ProxyPollResponse) -> None:
+        """One client: check the relay, answer, wait for the channel, relay bytes."""
+        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
+        from aiortc import RTCSessionDescription as Desc
+
+        relay = match.relay_url or self.config.relay
+        try:
+            await check_relay(relay, self.config.allowed_relay_pattern,
+                              allow_non_tls=self.config.allow_non_tls_relay,
+                              allow_private=self.config.allow_private_relay)
+            offer_sdp = m.decode_sdp(match.offer, "offer")
+        except (RelayRefused, m.MessageError) as exc:
+            self.stats.refused_relays += isinstance(exc, RelayRefused)
+            log.warning("bad offer from broker: %s", exc)
+            return
+        ice = [RTCIceServer(u) for u in self.config.stun if u]
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        opened = asyncio.get_running_loop().create_future()
+        # The client writes its Turbo Tunnel preamble as soon as the channel opens,
+        # before the relay WebSocket exists: queue from the first message on.
+        upstream: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        @pc.on("datachannel")
+        def _on_channel(channel: Any) -> None:
+            if opened.done():
+                return
+            opened.set_result(channel)
+
+            @channel.on("message")
+            def _up(msg: Any) -> None:
+                upstream.put_nowait(msg.encode() if isinstance(msg, str) else msg)
+
+            @channel.on("close")
+            def _closed() -> None:
+                upstream.put_nowait(None)
+
+        try:
+            await pc.setRemoteDescription(Desc(offer_sdp, "offer"))
+            await pc.setLocalDescription(await pc.createAnswer())  # gathers: no trickle
+            sdp = pc.localDescription.sdp
+            if not self.config.keep_local_addresses:
+                sdp = strip_local_candidates(sdp)
+            if not await self.answer(sid, m.encode_sdp("answer", sdp)):
+                return
+            try:
+                channel = await asyncio.wait_for(opened, self.config.datachannel_timeout_s)
+            except TimeoutError:
+                self.stats.timeouts += 1
+                log.info("timed out waiting for the data channel")
+                return
+            self.stats.connections += 1
+            await self.relay(channel, upstream, relay, client_ip(offer_sdp))
+        except Exception as exc:  # noqa: BLE001 - one bad client must not stop the proxy
+            log.warning("session failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            await pc.close()
+
+    async def answer(self, sid: str, answer: str) -> bool:
+        assert self._http is not None
+        url = self.config.broker.rstrip("/") + "/answer"
+        async with self._http.post(url, data=m.AnswerRequest(sid, answer).encode()) as r:
+            data = await r.content.read(100_000)
+        try:
+            status = m._go_json(data, "answer response").get("status")
+        except m.MessageError:
+            status = None
+        if r.status != 200 or status != m.STATUS_SUCCESS:
+            log.info("answer not taken: HTTP %s %s", r.status, status)
+            return False
+        return True
+
+    async def relay(self, channel: Any, upstream: asyncio.Queue[bytes | None],
+                    relay_url: str, client: str | None) -> None:
+        """Pipe the data channel to a WebSocket until either side ends, or until the
+        relay has sent nothing toward the client for the inactivity timeout."""
+        assert self._http is not None
+        url = relay_url
+        if client:
+            url += ("&" if "?" in url else "?") + f"client_ip={client}"
+        log.info("relaying for client %s", self._addr(client))
+        last_down = time.monotonic()
+        async with self._http.ws_connect(url, autoping=True, max_msg_size=0) as ws:
+            async def up() -> None:
+                while (data := await upstream.get()) is not None:
+                    self.stats.inbound_bytes += len(data)
+                    await ws.send_bytes(data)
+
+            async def down() -> None:
+                nonlocal last_down
+                async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        last_down = time.monotonic()
+                        self.stats.outbound_bytes += len(msg.data)
+                        channel.send(msg.data)
+
+            async def quiet() -> None:
+                while (idle := time.monotonic() - last_down) < self.config.inactivity_timeout_s:
+                    await asyncio.sleep(self.config.inactivity_timeout_s - idle)
+                log.info("no data from the relay for %.0f s: closing",
+                         self.config.inactivity_timeout_s)
+
+            tasks = [asyncio.create_task(c()) for c in (up, down, quiet)]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                channel.close()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
