@@ -15,11 +15,14 @@ import signal
 import ssl
 import sys
 import time
+from fractions import Fraction
 
 from aiohttp import web
 
-from .app import Broker, BrokerConfig
+from .app import Broker, BrokerConfig, MetricsConfig
 from .bridges import BridgeListError, load
+from .dpmetrics import BudgetExceeded
+from .labgeo import GeoIPError, LabGeoIP
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,6 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst", type=float, default=60.0, help="burst per source")
     p.add_argument("--unknown-proxies-unrestricted", action="store_true",
                    help="match proxies whose NAT is unknown as unrestricted (a lab without NAT)")
+    p.add_argument("--metrics-period", type=float, default=86400.0,
+                   help="seconds between differentially private metrics releases")
+    p.add_argument("--metrics-epsilon", type=Fraction, default=Fraction(1, 2),
+                   help="epsilon per release (two releases per period)")
+    p.add_argument("--geoip", help="lab GeoIP map: 'PREFIX CC' per line")
     p.add_argument("--trusted-edge", action="append", default=[],
                    help="address of a front (the lab's TLS edge) whose X-Forwarded-For counts")
     return p.parse_args(argv)
@@ -64,7 +72,15 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), args.metrics_period)
+        except TimeoutError:
+            try:
+                broker.publish()
+            except BudgetExceeded as exc:
+                print(json.dumps({"component": "broker", "event": "metrics_refused",
+                                  "why": str(exc)}), flush=True)
     print(json.dumps({"ts": round(time.time(), 6), "component": "broker", "event": "stats",
                       **broker.stats.__dict__}), flush=True)
     await runner.cleanup()
@@ -88,13 +104,21 @@ def main(argv: list[str] | None = None) -> int:
         bridges = load(args.bridge_list_path)
     except BridgeListError as exc:
         return _fail(str(exc))
+    try:
+        geo = LabGeoIP.load(args.geoip) if args.geoip else LabGeoIP()
+    except (GeoIPError, OSError) as exc:
+        return _fail(f"--geoip: {exc}")
+    if args.metrics_period <= 0 or args.metrics_epsilon <= 0:
+        return _fail("--metrics-period and --metrics-epsilon must be positive")
     cfg = BrokerConfig(proxy_timeout_s=args.proxy_timeout, client_timeout_s=args.client_timeout,
                        next_poll_ms=args.next_poll or None,
                        allowed_relay_pattern=args.allowed_relay_pattern,
                        default_relay_pattern=args.default_relay_pattern, bridges=bridges,
                        rate_per_s=args.rate, burst=args.burst,
                        trusted_edges=tuple(args.trusted_edge),
-                       unknown_proxies_unrestricted=args.unknown_proxies_unrestricted)
+                       unknown_proxies_unrestricted=args.unknown_proxies_unrestricted,
+                       metrics=MetricsConfig(epsilon=args.metrics_epsilon,
+                                             budget=2 * args.metrics_epsilon, geoip=geo))
     try:
         asyncio.run(serve(args, cfg, tls))
     except OSError as exc:

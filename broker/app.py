@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from aiohttp import web
 
@@ -26,12 +27,26 @@ from transports.snowflake.relaypattern import RelayPattern
 
 from . import amp
 from .bridges import DEFAULT, Bridge
+from .dpmetrics import Histogram, Ledger, guarantee
+from .labgeo import LabGeoIP
 from .pools import ClientOffer, Pools, Snowflake
 from .ratelimit import RateLimiter, source_address
 
 READ_LIMIT = 100_000  # Tor's readLimit
 CORS = {"Access-Control-Allow-Origin": "*",
         "Access-Control-Allow-Headers": "Origin, X-Session-ID"}
+
+
+@dataclass
+class MetricsConfig:
+    """Differentially private metrics (:mod:`.dpmetrics`): per period, one release of
+    client polls and one of proxy polls by country, each spending ``epsilon``."""
+
+    epsilon: Fraction = Fraction(1, 2)
+    budget: Fraction = Fraction(1)  # per period: two releases of epsilon each
+    max_contribution: int = 1
+    period: str = "day"
+    geoip: LabGeoIP = field(default_factory=LabGeoIP)
 
 
 @dataclass
@@ -54,6 +69,7 @@ class BrokerConfig:
     # broker never does; a lab without NAT (where Debian's 2.5.1 proxy cannot
     # reach its hard-wired probe service) should.
     unknown_proxies_unrestricted: bool = False
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 @dataclass
@@ -80,8 +96,10 @@ class Broker:
         self.allowed = RelayPattern.parse(self.config.allowed_relay_pattern)
         self.limiter = RateLimiter(self.config.rate_per_s, self.config.burst, clock,
                                    trusted=self.config.trusted_edges)
-        # Observers (metrics): called with (kind, source address, detail).
-        self.observers: list[Callable[[str, str, dict], None]] = []
+        # Observers: called with (kind, source address, detail).
+        self.observers: list[Callable[[str, str, dict], None]] = [self._count]
+        self.published: dict | None = None
+        self.new_period()
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -93,6 +111,7 @@ class Broker:
         app.router.add_post("/client", self.client)
         app.router.add_get("/amp/client/{path:.*}", self.amp_client)
         app.router.add_get("/debug", self.debug)
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/robots.txt", self.robots)
         app.router.add_route("OPTIONS", "/{tail:.*}", self.options)
         return app
@@ -259,6 +278,35 @@ class Broker:
                 resp = m.ClientPollResponse(error=json.loads(resp.body)["error"])
         return web.Response(body=amp.encode(resp.encode()), content_type="text/html",
                             headers={**CORS, "Cache-Control": "max-age=15"})
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def new_period(self) -> None:
+        mc = self.config.metrics
+        keys = mc.geoip.countries()
+        self.period_hist = {kind: Histogram(keys, mc.max_contribution)
+                            for kind in ("client", "proxy")}
+        self.ledger = Ledger(mc.budget)
+
+    def _count(self, kind: str, source: str, detail: dict) -> None:
+        self.period_hist[kind].add(source, self.config.metrics.geoip.country(source))
+
+    def publish(self, rng=None) -> dict:
+        """Release this period's counts (noisy, per country) and start a new period.
+        BudgetExceeded if the period's ledger cannot pay for both releases."""
+        mc = self.config.metrics
+        out = {"period": mc.period, "epsilon_per_release": str(mc.epsilon),
+               "guarantee": guarantee(mc.epsilon, mc.max_contribution, mc.period)}
+        for kind, hist in self.period_hist.items():
+            out[f"{kind}_polls_by_country"] = hist.release(mc.epsilon, self.ledger, rng)
+        self.published = out
+        self.new_period()
+        return out
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if self.published is None:
+            return web.Response(status=404, text="no metrics published yet\n", headers=CORS)
+        return self._json(self.published)
 
     # -- the rest -------------------------------------------------------------------------
 

@@ -324,3 +324,32 @@ async def test_ties_go_to_the_newest_poll(broker):
     assert (await new).status == m.STATUS_MATCH
     assert (await old).status == m.STATUS_NO_MATCH
     client.cancel()
+
+
+async def test_metrics_are_published_per_period_with_noise_and_a_budget(broker):
+    import random
+    from fractions import Fraction
+
+    from broker.app import MetricsConfig
+    from broker.dpmetrics import BudgetExceeded
+    from broker.labgeo import LabGeoIP
+
+    geo = LabGeoIP({"127.0.0.0/8": "IR"})
+    b, http = await broker(proxy_timeout_s=0.01, metrics=MetricsConfig(
+        epsilon=Fraction(1, 2), budget=Fraction(1), geoip=geo))
+    assert (await http.get("/metrics")).status == 404  # nothing released yet
+    for _ in range(3):  # one source address: clamped to one contribution
+        await proxy_poll(http, poll("p"))
+    assert b.period_hist["proxy"].counts == {"IR": 1} and b.period_hist["proxy"].clamped == 2
+    out = b.publish(random.Random(5))
+    assert set(out["proxy_polls_by_country"]) == {"IR", "??"}
+    assert all(v >= 0 for v in out["client_polls_by_country"].values())
+    r = await http.get("/metrics")
+    body = json.loads(await r.read())
+    assert body["guarantee"].startswith("Each day release is 0.5-differentially private")
+    # A fresh period has a fresh ledger; one with too small a budget publishes nothing.
+    b.config.metrics.budget = Fraction(1, 2)
+    b.new_period()
+    with pytest.raises(BudgetExceeded):
+        b.publish(random.Random(6))
+    assert json.loads(await (await http.get("/metrics")).read()) == body
