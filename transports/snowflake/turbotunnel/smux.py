@@ -152,11 +152,14 @@ class Stream:
             view = view[len(chunk):]
 
     async def close(self) -> None:
-        """Send FIN; the stream leaves the session (late frames for it are dropped)."""
+        """Send FIN: no more writes. Reading goes on until the peer's FIN (a
+        half-close; Go's smux simply sees EOF). The stream leaves the session
+        once both sides are closed, and late frames for it are then dropped."""
         if self._closed:
             return
         self._closed = True
-        self.session._streams.pop(self.sid, None)
+        if self._fin:
+            self.session._streams.pop(self.sid, None)
         if not self.session.closed:
             await self.session._send(FIN, self.sid)
 
@@ -169,6 +172,8 @@ class Stream:
     def _peer_fin(self) -> None:
         self._fin = True
         self._readable.set()
+        if self._closed:
+            self.session._streams.pop(self.sid, None)
 
     def _update(self, consumed: int, window: int) -> None:
         self.peer_consumed, self.peer_window = consumed, window

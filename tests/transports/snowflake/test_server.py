@@ -1,0 +1,158 @@
+"""The bridge with our Turbo Tunnel client over WebSocket carriers: byte-exact
+streams, a session that survives its carrier, the preamble rules, bad input,
+queue expiry and the ExtORPort handoff."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+
+import aiohttp
+import pytest
+
+from transports.snowflake import server as sfserver
+from transports.snowflake.carriers import WebSocketCarrier
+from transports.snowflake.turbotunnel import TOKEN, encapsulation
+from transports.snowflake.turbotunnel.redial import TurboTunnelSession
+
+
+async def hash_server():
+    """Reads until EOF, answers with SHA-256 and the length; 'D<n>' sends n bytes."""
+    async def handle(reader, writer):
+        first = await reader.readexactly(1)
+        if first == b"D":
+            n = int((await reader.readline()).decode())
+            blob = os.urandom(n)
+            writer.write(hashlib.sha256(blob).digest())
+            for i in range(0, n, 65536):
+                writer.write(blob[i:i + 65536])
+                await writer.drain()
+        else:
+            h, total = hashlib.sha256(first), 1
+            while data := await reader.read(65536):
+                h.update(data)
+                total += len(data)
+            writer.write(h.digest() + total.to_bytes(8, "big"))
+        await writer.drain()
+        writer.close()
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return srv, srv.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def bridge():
+    srv, port = await hash_server()
+    b = sfserver.SnowflakeBridge(sfserver.BridgeConfig(dest=("127.0.0.1", port)))
+    listening = await sfserver.listen(b, "127.0.0.1", 0)
+    b.url = f"ws://127.0.0.1:{listening.port}/?client_ip=198.18.0.2"
+    yield b
+    await listening.aclose()
+    srv.close()
+
+
+async def upload(session: TurboTunnelSession, payload: bytes) -> bytes:
+    reader, writer = await session.open_stream()
+    for i in range(0, len(payload), 65536):
+        writer.write(payload[i:i + 65536])
+        await writer.drain()
+    writer.write_eof()
+    reply = await reader.readexactly(40)
+    writer.close()
+    return reply
+
+
+async def test_upload_and_download_byte_exact(bridge):
+    async def dial():
+        return await WebSocketCarrier.connect(bridge.url)
+    session = TurboTunnelSession(dial).start()
+    payload = os.urandom(3_000_000)
+    reply = await asyncio.wait_for(upload(session, payload), 30)
+    assert reply == hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "big")
+    reader, writer = await session.open_stream()
+    writer.write(b"D2000000\n")
+    digest = await reader.readexactly(32)
+    got = await asyncio.wait_for(reader.readexactly(2_000_000), 30)
+    assert hashlib.sha256(got).digest() == digest
+    assert await reader.read() == b""
+    writer.close()
+    assert bridge.stats.streams == 2
+    (cs,) = bridge.clients.sessions.values()
+    assert cs.client_ip == "198.18.0.2" and cs.client_id == session.client_id
+    await session.close()
+
+
+async def test_session_survives_losing_its_carrier(bridge):
+    carriers: list[WebSocketCarrier] = []
+
+    async def dial():
+        c = await WebSocketCarrier.connect(bridge.url)
+        carriers.append(c)
+        return c
+    session = TurboTunnelSession(dial).start()
+    payload = os.urandom(4_000_000)
+    task = asyncio.create_task(upload(session, payload))
+    while session.kcp.packets_out < 500:
+        await asyncio.sleep(0.01)
+    await carriers[0].close()  # the "proxy" goes away mid-transfer
+    reply = await asyncio.wait_for(task, 60)
+    assert reply[:32] == hashlib.sha256(payload).digest()
+    assert session.stats.carriers >= 2 and len(carriers) >= 2
+    assert bridge.stats.websockets >= 2 and len(bridge.clients.sessions) == 1
+    await session.close()
+
+
+async def test_preamble_rules_and_plain_http(bridge):
+    async with aiohttp.ClientSession() as http:
+        async with http.get(bridge.url.replace("ws:", "http:")) as resp:
+            assert resp.status == 400
+        ws = await http.ws_connect(bridge.url)  # silent, then gone: no error
+        await ws.close()
+        ws = await http.ws_connect(bridge.url)
+        await ws.send_bytes(b"GET / HTTP/1.1\r\n")  # not the token
+        msg = await ws.receive()
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        ws = await http.ws_connect(bridge.url)
+        await ws.send_bytes(TOKEN[:3])
+        await ws.send_bytes(TOKEN[3:] + b"ABCDEFGH" + b"\xff\xff\xff\xff")  # bad prefix
+        msg = await ws.receive()
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        # garbage KCP packets: dropped, the bridge keeps serving
+        ws = await http.ws_connect(bridge.url)
+        await ws.send_bytes(TOKEN + b"12345678" + encapsulation.encode(b"x" * 10)
+                            + encapsulation.encode(os.urandom(200)))
+        await ws.close()
+    await asyncio.sleep(0.05)
+    assert bridge.stats.bad_token == 1 and bridge.stats.empty >= 1
+
+    async def dial():
+        return await WebSocketCarrier.connect(bridge.url)
+    session = TurboTunnelSession(dial).start()
+    assert (await asyncio.wait_for(upload(session, b"still here"), 10))[:32] == \
+        hashlib.sha256(b"still here").digest()
+    await session.close()
+
+
+async def test_queue_expires_without_a_websocket():
+    now = [1000.0]
+    b = sfserver.SnowflakeBridge(sfserver.BridgeConfig(dest=("127.0.0.1", 9),
+                                                       queue_timeout_s=60, clock=lambda: now[0]))
+    cs = b.clients.attach(b"c" * 8, "198.18.0.9")
+    cs.outgoing.put_nowait(b"p")
+    b.clients.detach(cs)
+    now[0] += 59
+    assert b.clients.expire() == 0 and cs.outgoing.qsize() == 1
+    now[0] += 2
+    assert b.clients.expire() == 1 and cs.outgoing.empty()
+    # A full queue drops instead of blocking.
+    for _ in range(b.config.queue_len + 5):
+        cs._enqueue(b"p")
+    assert cs.outgoing.qsize() == b.config.queue_len and cs.dropped_out == 5
+
+
+def test_client_addr_forms():
+    assert sfserver._client_addr("198.18.0.2") == "198.18.0.2:1"
+    assert sfserver._client_addr("2001:db8::2") == "[2001:db8::2]:1"
+    assert sfserver._client_addr("") == ""
+    assert sfserver.parse_client_ip("not an ip") == ""
+    assert sfserver.parse_client_ip("[2001:db8::5]") == "2001:db8::5"

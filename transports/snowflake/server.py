@@ -1,0 +1,268 @@
+"""The Snowflake bridge: WebSocket in, Turbo Tunnel, and each smux stream out to
+a destination or to tor (snowflake.md §3.2-§3.6).
+
+A proxy opens a WebSocket (any path, ``?client_ip=`` optional) and relays the
+data channel's bytes into it. The bridge reads the 8-byte token and 8-byte
+ClientID from the byte stream, then decapsulates KCP packets, one batch per
+WebSocket message, into the ClientID's session (:mod:`.turbotunnel.clientmap`).
+Downstream, packets from the ClientID's queue are encapsulated and sent as
+binary messages of at most ``MAX_MESSAGE`` bytes.
+
+Silence before the token is normal (proxies open spare connections) and ends
+quietly; a wrong token closes the WebSocket. A plain HTTP request gets 400,
+as Go's WebSocket upgrader answers. Streams go to ``dest`` with a plain TCP
+connection, to tor's ORPort, or to its Extended ORPort with ``USERADDR`` set to
+the client address the proxy reported (port 1, a stub, as goptlib does) and
+``TRANSPORT=snowflake``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import WSMsgType, web
+
+from transports.pt import extorport
+from transports.relay import relay
+
+from .turbotunnel import TOKEN, encapsulation, smux
+from .turbotunnel.clientmap import (
+    QUEUE_LEN,
+    QUEUE_TIMEOUT_S,
+    SERVER_KEEPALIVE_TIMEOUT_S,
+    ClientMap,
+    ClientSession,
+)
+from .turbotunnel.streams import as_streams
+
+log = logging.getLogger(__name__)
+
+PREAMBLE_TIMEOUT_S = 10.0
+MAX_MESSAGE = 32 * 1024
+TRANSPORT_NAME = "snowflake"
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Handoff = Callable[[Streams, str], Awaitable[None]]
+
+
+@dataclass
+class BridgeStats:
+    websockets: int = 0
+    bad_token: int = 0
+    empty: int = 0
+    streams: int = 0
+    handoff_failures: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+
+@dataclass
+class BridgeConfig:
+    """Where streams go and the Turbo Tunnel timers (all overridable for tests)."""
+
+    dest: tuple[str, int] | None = None
+    orport: tuple[str, int] | None = None
+    ext_orport: tuple[str, int] | None = None
+    auth_cookie_file: Path | None = None
+    queue_len: int = QUEUE_LEN
+    queue_timeout_s: float = QUEUE_TIMEOUT_S
+    keepalive_timeout_s: float = SERVER_KEEPALIVE_TIMEOUT_S
+    preamble_timeout_s: float = PREAMBLE_TIMEOUT_S
+    expire_interval_s: float = 5.0
+    clock: Callable[[], float] = field(default=time.monotonic)
+
+
+def _client_addr(client_ip: str) -> str:
+    """``ip:1`` for USERADDR (goptlib's stub port), IPv6 in brackets; ``""`` if unknown."""
+    if not client_ip:
+        return ""
+    ip = ipaddress.ip_address(client_ip)
+    return f"[{ip}]:1" if ip.version == 6 else f"{ip}:1"
+
+
+def parse_client_ip(raw: str | None) -> str:
+    """The ``client_ip`` query parameter if it is an IP address, else ``""``."""
+    if not raw:
+        return ""
+    try:
+        return str(ipaddress.ip_address(raw.strip("[]")))
+    except ValueError:
+        return ""
+
+
+class SnowflakeBridge:
+    """The bridge's aiohttp application and its ClientID map."""
+
+    def __init__(self, config: BridgeConfig, handoff: Handoff | None = None) -> None:
+        self.config = config
+        self.stats = BridgeStats()
+        self._handoff = handoff or self._default_handoff
+        self.clients = ClientMap(self._on_stream, queue_len=config.queue_len,
+                                 queue_timeout_s=config.queue_timeout_s,
+                                 keepalive_timeout_s=config.keepalive_timeout_s,
+                                 clock=config.clock)
+        self.app = web.Application()
+        self.app.router.add_get("/{tail:.*}", self._websocket)
+        self.app.on_startup.append(self._start_expiry)
+        self.app.on_cleanup.append(self._cleanup)
+        self._expiry: asyncio.Task[None] | None = None
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    # -- lifecycle ----------------------------------------------------------
+    async def _start_expiry(self, _app: web.Application) -> None:
+        self._expiry = asyncio.create_task(self._expire_loop())
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.expire_interval_s)
+            self.clients.expire()
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await ws.close()
+        await self.clients.close()
+
+    # -- WebSocket ----------------------------------------------------------
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=1 << 20, autoping=True)
+        if not ws.can_prepare(request).ok:
+            return web.Response(status=400, text="Bad Request\n")
+        await ws.prepare(request)
+        self.stats.websockets += 1
+        self._sockets.add(ws)
+        try:
+            await self._serve(ws, parse_client_ip(request.query.get("client_ip")))
+        finally:
+            self._sockets.discard(ws)
+            await ws.close()
+        return ws
+
+    async def _serve(self, ws: web.WebSocketResponse, client_ip: str) -> None:
+        buf = bytearray()
+        try:
+            async with asyncio.timeout(self.config.preamble_timeout_s):
+                while len(buf) < 16:
+                    data = await self._receive(ws)
+                    if data is None:
+                        if len(buf) < 8:
+                            self.stats.empty += 1
+                        return
+                    buf += data
+                    if len(buf) >= 8 and bytes(buf[:8]) != TOKEN:
+                        self.stats.bad_token += 1
+                        return
+        except TimeoutError:
+            self.stats.empty += 1
+            return
+        client_id = bytes(buf[8:16])
+        session = self.clients.attach(client_id, client_ip)
+        decoder = encapsulation.Decoder()
+        down = asyncio.create_task(self._downstream(ws, session))
+        try:
+            rest = bytes(buf[16:])
+            while True:
+                if rest:
+                    self.stats.bytes_up += len(rest)
+                    session.incoming(decoder.feed(rest))
+                if session.closed or down.done():
+                    return
+                data = await self._receive(ws)
+                if data is None:
+                    return
+                rest = data
+        except encapsulation.EncapsulationError as exc:
+            log.info("client %s: bad encapsulation: %s", client_id.hex(), exc)
+        finally:
+            down.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await down
+            self.clients.detach(session)
+
+    @staticmethod
+    async def _receive(ws: web.WebSocketResponse) -> bytes | None:
+        while True:
+            msg = await ws.receive()
+            if msg.type == WSMsgType.BINARY:
+                return msg.data
+            if msg.type == WSMsgType.TEXT:
+                return msg.data.encode()
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
+                            WSMsgType.ERROR):
+                return None
+
+    async def _downstream(self, ws: web.WebSocketResponse, session: ClientSession) -> None:
+        queue = session.outgoing
+        while not session.closed:
+            try:
+                packet = await asyncio.wait_for(queue.get(), 1.0)
+            except TimeoutError:
+                continue
+            out = bytearray(encapsulation.encode(packet))
+            while not queue.empty() and len(out) < MAX_MESSAGE - 1500:
+                out += encapsulation.encode(queue.get_nowait())
+            self.stats.bytes_down += len(out)
+            await ws.send_bytes(bytes(out))
+
+    # -- streams ------------------------------------------------------------
+    async def _on_stream(self, stream: smux.Stream, session: ClientSession) -> None:
+        self.stats.streams += 1
+        inner = as_streams(stream, {"peername": (session.client_ip or "0.0.0.0", 1)})
+        await self._handoff(inner, session.client_ip)
+
+    async def _default_handoff(self, inner: Streams, client_ip: str) -> None:
+        cfg = self.config
+        try:
+            if cfg.ext_orport is not None:
+                assert cfg.auth_cookie_file is not None
+                upstream = await extorport.open_extorport(
+                    *cfg.ext_orport, cfg.auth_cookie_file, TRANSPORT_NAME, _client_addr(client_ip))
+            else:
+                target = cfg.orport or cfg.dest
+                if target is None:
+                    raise OSError("no destination configured")
+                upstream = await asyncio.open_connection(*target)
+        except (OSError, extorport.ExtORPortError) as exc:
+            self.stats.handoff_failures += 1
+            log.warning("cannot hand a stream over: %s", exc)
+            inner[1].close()
+            return
+        await relay(inner, upstream)
+
+
+@dataclass
+class Listening:
+    """A running bridge, closable like an ``asyncio.Server``."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    def close(self) -> None:
+        asyncio.get_running_loop().create_task(self.runner.cleanup())
+
+    async def aclose(self) -> None:
+        await self.runner.cleanup()
+
+
+async def listen(bridge: SnowflakeBridge, host: str, port: int,
+                 ssl_context: ssl.SSLContext | None = None) -> Listening:
+    runner = web.AppRunner(bridge.app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    server = site._server
+    assert server is not None
+    sock = server.sockets[0]  # type: ignore[union-attr]
+    bound_host, bound_port = sock.getsockname()[:2]
+    return Listening(runner, bound_host, bound_port)
