@@ -22,10 +22,10 @@ from fractions import Fraction
 
 from aiohttp import web
 
+from transports.snowflake import amp
 from transports.snowflake import messages as m
 from transports.snowflake.relaypattern import RelayPattern
 
-from . import amp
 from .bridges import DEFAULT, Bridge
 from .dpmetrics import Histogram, Ledger, guarantee
 from .labgeo import LabGeoIP

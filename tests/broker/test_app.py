@@ -10,9 +10,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker import amp
 from broker.app import Broker, BrokerConfig
 from broker.bridges import Bridge
+from transports.snowflake import amp
 from transports.snowflake import messages as m
 
 FP = "2B280B23E1107BB62ABFC40DDCC8824814F80A72"

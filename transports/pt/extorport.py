@@ -110,7 +110,10 @@ async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
 async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cookie: bytes,
                      transport: str, client_addr: str) -> None:
     await authenticate(reader, writer, cookie)
-    writer.write(encode_command(CMD_USERADDR, client_addr.encode("ascii"))
+    # goptlib leaves USERADDR out when the address is unknown (Snowflake
+    # without a client_ip), rather than sending an empty one.
+    useraddr = encode_command(CMD_USERADDR, client_addr.encode("ascii")) if client_addr else b""
+    writer.write(useraddr
                  + encode_command(CMD_TRANSPORT, transport.encode("ascii"))
                  + encode_command(CMD_DONE))
     await writer.drain()

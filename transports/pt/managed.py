@@ -231,6 +231,25 @@ async def start_client(cfg: ClientConfig, life: Lifetime) -> list[asyncio.Server
     return servers
 
 
+async def _hand_to_tor(name: str, cfg: ServerConfig, inner: base.Streams,
+                      client_addr: str) -> None:
+    """Connect to tor's Extended ORPort (or ORPort) and relay ``inner`` there."""
+    try:
+        if cfg.ext_orport is not None:
+            assert cfg.auth_cookie_file is not None
+            upstream = await extorport.open_extorport(
+                *cfg.ext_orport, cfg.auth_cookie_file, name, client_addr)
+        else:
+            assert cfg.orport is not None
+            upstream = await asyncio.open_connection(*cfg.orport)
+    except (OSError, extorport.ExtORPortError) as exc:
+        which = "Extended ORPort" if cfg.ext_orport else "ORPort"
+        _log("error", f"{name}: cannot hand the connection to the {which}: {_describe(exc)}")
+        await _close(inner[1])
+        return
+    await relay(inner, upstream)
+
+
 def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -> Handler:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -241,21 +260,8 @@ def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -
             await _close(writer)
             _log("info", f"{name}: handshake failed: {_describe(exc)}")
             return
-        try:
-            if cfg.ext_orport is not None:
-                assert cfg.auth_cookie_file is not None
-                upstream = await extorport.open_extorport(
-                    *cfg.ext_orport, cfg.auth_cookie_file, name, client_addr)
-            else:
-                assert cfg.orport is not None
-                upstream = await asyncio.open_connection(*cfg.orport)
-        except (OSError, extorport.ExtORPortError) as exc:
-            which = "Extended ORPort" if cfg.ext_orport else "ORPort"
-            _log("error", f"{name}: cannot hand the connection to the {which}: {_describe(exc)}")
-            await _close(inner[1])
-            await _close(writer)
-            return
-        await relay(inner, upstream)
+        await _hand_to_tor(name, cfg, inner, client_addr)
+        await _close(writer)
     return handle
 
 
@@ -271,12 +277,21 @@ async def _start_one_server(name: str, transport: base.Transport, cfg: ServerCon
         return None
     host, port = cfg.bindaddrs.get(name, DEFAULT_BINDADDR)
     try:
-        server = await asyncio.start_server(life.track(_orport_handler(name, factory, cfg)),
-                                            host, port)
+        listen = getattr(factory, "listen", None)
+        if listen is not None:
+            # A transport with its own listener (Snowflake's WebSocket bridge)
+            # hands over each inner stream with the client address it learned.
+            async def handoff(inner: base.Streams, client_addr: str) -> None:
+                await _hand_to_tor(name, cfg, inner, client_addr)
+            server = await listen(host, port, handoff)
+        else:
+            server = await asyncio.start_server(
+                life.track(_orport_handler(name, factory, cfg)), host, port)
     except OSError as exc:
         messages.smethod_error(name, f"cannot listen on {messages.format_addr(host, port)}: {exc}")
         return None
-    bound_host, bound_port = server.sockets[0].getsockname()[:2]
+    bound_host, bound_port = (server.sockets[0].getsockname()[:2] if listen is None
+                              else (server.host, server.port))
     messages.smethod(name, bound_host, bound_port, args)
     return server
 

@@ -115,6 +115,8 @@ class SnowflakeBridge:
         self.app.on_cleanup.append(self._cleanup)
         self._expiry: asyncio.Task[None] | None = None
         self._sockets: set[web.WebSocketResponse] = set()
+        # Called with (session, proxy address) when a WebSocket has sent its preamble.
+        self.on_attach: Callable[[ClientSession, str], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------
     async def _start_expiry(self, _app: web.Application) -> None:
@@ -142,13 +144,14 @@ class SnowflakeBridge:
         self.stats.websockets += 1
         self._sockets.add(ws)
         try:
-            await self._serve(ws, parse_client_ip(request.query.get("client_ip")))
+            await self._serve(ws, parse_client_ip(request.query.get("client_ip")),
+                              request.remote or "")
         finally:
             self._sockets.discard(ws)
             await ws.close()
         return ws
 
-    async def _serve(self, ws: web.WebSocketResponse, client_ip: str) -> None:
+    async def _serve(self, ws: web.WebSocketResponse, client_ip: str, peer: str) -> None:
         buf = bytearray()
         try:
             async with asyncio.timeout(self.config.preamble_timeout_s):
@@ -167,6 +170,8 @@ class SnowflakeBridge:
             return
         client_id = bytes(buf[8:16])
         session = self.clients.attach(client_id, client_ip)
+        if self.on_attach is not None:
+            self.on_attach(session, peer)
         decoder = encapsulation.Decoder()
         down = asyncio.create_task(self._downstream(ws, session))
         try:
@@ -266,3 +271,112 @@ async def listen(bridge: SnowflakeBridge, host: str, port: int,
     sock = server.sockets[0]  # type: ignore[union-attr]
     bound_host, bound_port = sock.getsockname()[:2]
     return Listening(runner, bound_host, bound_port)
+
+
+class SnowflakeServerFactory:
+    """PT server mode: the bridge listens itself (WebSocket), and hands each
+    stream to tor with the address the proxy reported."""
+
+    def __init__(self, config: BridgeConfig, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.config = config
+        self.ssl_context = ssl_context
+
+    def smethod_args(self) -> dict[str, str]:
+        return {}
+
+    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
+        raise NotImplementedError("the Snowflake bridge is a WebSocket server; use listen()")
+
+    async def listen(self, host: str, port: int,
+                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+        async def to_tor(inner: Streams, client_ip: str) -> None:
+            await handoff(inner, _client_addr(client_ip))
+        return await listen(SnowflakeBridge(self.config, to_tor), host, port, self.ssl_context)
+
+
+def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFactory:
+    """Server options (TOR_PT_SERVER_TRANSPORT_OPTIONS): ``cert``/``key`` for TLS,
+    ``queue-timeout`` and ``keepalive-timeout`` in seconds."""
+    args = dict(args or {})
+    ctx = None
+    if "cert" in args or "key" in args:
+        if not ("cert" in args and "key" in args):
+            raise ValueError("snowflake server: cert= and key= go together")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(args["cert"], args["key"])
+    try:
+        cfg = BridgeConfig(
+            queue_timeout_s=float(args.get("queue-timeout", QUEUE_TIMEOUT_S)),
+            keepalive_timeout_s=float(args.get("keepalive-timeout", SERVER_KEEPALIVE_TIMEOUT_S)))
+    except ValueError:
+        raise ValueError("snowflake server: timeouts must be numbers of seconds") from None
+    return SnowflakeServerFactory(cfg, ctx)
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+async def _serve_forever(args) -> int:
+    import json
+    import signal
+    import sys
+
+    ctx = None
+    if args.cert:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(args.cert, args.key)
+    cfg = BridgeConfig(dest=_hostport(args.dest), queue_timeout_s=args.queue_timeout,
+                       keepalive_timeout_s=args.keepalive_timeout)
+    bridge = SnowflakeBridge(cfg)
+    host, port = _hostport(args.listen)
+    try:
+        listening = await listen(bridge, host, port, ctx)
+    except OSError as exc:
+        print(f"snowflake bridge: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    def event(name: str, **fields: object) -> None:
+        print(json.dumps({"event": name, **fields}), flush=True)
+
+    bridge.on_attach = lambda cs, peer: event(
+        "attach", client_id=cs.client_id.hex(), client_ip=cs.client_ip, proxy=peer)
+    event("ready", listen=f"{listening.host}:{listening.port}")
+    await stop.wait()
+    event("stats", **vars(bridge.stats))
+    await listening.aclose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m transports.snowflake.server --listen H:P --dest H:P``: a bridge
+    outside tor, sending every stream to one destination (the lab's mode)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m transports.snowflake.server",
+                                description=main.__doc__.splitlines()[0])
+    p.add_argument("--listen", required=True, help="HOST:PORT for the WebSocket server")
+    p.add_argument("--dest", required=True, help="HOST:PORT every stream is connected to")
+    p.add_argument("--cert", help="TLS certificate (PEM); without it, plain ws://")
+    p.add_argument("--key", help="TLS private key (PEM)")
+    p.add_argument("--queue-timeout", type=float, default=QUEUE_TIMEOUT_S)
+    p.add_argument("--keepalive-timeout", type=float, default=SERVER_KEEPALIVE_TIMEOUT_S)
+    args = p.parse_args(argv)
+    if bool(args.cert) != bool(args.key):
+        p.error("--cert and --key go together")
+    try:
+        _hostport(args.listen), _hostport(args.dest)
+    except ValueError as exc:
+        p.error(str(exc))
+    return asyncio.run(_serve_forever(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

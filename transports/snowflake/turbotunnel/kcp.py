@@ -3,8 +3,14 @@
 The protocol engine is ``siokcp`` (a sans-io binding of ikcp.c), which is
 wire-compatible with kcp-go without crypto or FEC. This module only drives it:
 
-* settings: stream mode, windows 65535/65535, ``nodelay(0, 10, 0, 1)`` (kcp-go
-  clamps Snowflake's interval 0 to 10 ms), MTU 1400;
+* settings: stream mode, windows 65535/65535, interval 10 ms (kcp-go clamps
+  Snowflake's 0 to 10), no fast resend, no congestion window, MTU 1400, and a
+  100 ms minimum RTO: Snowflake's ``SetNoDelay(0, 0, 0, 1)``;
+* one local difference: kcp-go backs the RTO off *additively* (``rto +=
+  rx_rto`` per retry, snowflake.md §3.4) where ikcp.c with nodelay 0 doubles
+  it, which after a 20 s proxy outage would add tens of seconds of stall. We
+  ask ikcp for its additive back-off (nodelay 2: ``rto += rx_rto / 2``) and
+  put the minimum RTO back to 100 ms. None of this is visible on the wire;
 * input comes in *batches* (every packet of one carrier message, then one
   drain and one flush), because a flush per packet costs 3-5x in throughput;
 * writes are cut to 64 KiB, since ikcp refuses one ``send`` that needs 128 or
@@ -31,6 +37,7 @@ from siokcp import KCPConnection, getconv
 MTU = 1400
 WINDOW = 65535
 INTERVAL_MS = 10
+MIN_RTO_MS = 100
 SEND_CHUNK = 65536
 HIGH_WATER = 2048
 READ_BUFFER = 4 * 1048576
@@ -69,7 +76,8 @@ class KCPConn:
         self._kcp = KCPConnection(conv, self._output, lambda _msg: None)
         self._kcp.stream = 1
         self._kcp.wndsize(WINDOW, WINDOW)
-        self._kcp.nodelay(0, interval_ms, 0, 1)
+        self._kcp.nodelay(2, interval_ms, 0, 1)
+        self._kcp.rx_minrto = MIN_RTO_MS
         self._kcp.setmtu(MTU)
         self._interval = interval_ms / 1000
         self._chunks: collections.deque[bytes] = collections.deque()

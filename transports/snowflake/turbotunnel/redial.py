@@ -82,9 +82,10 @@ class TurboTunnelSession:
         except asyncio.QueueFull:
             self.stats.dropped += 1
 
-    async def open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A new smux stream as asyncio streams."""
-        return as_streams(await self.smux.open_stream())
+    async def open_stream(self, on_close: Callable[[], object] | None = None
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new smux stream as asyncio streams (``on_close`` runs when it is done)."""
+        return as_streams(await self.smux.open_stream(), on_close=on_close)
 
     async def _redial_loop(self) -> None:
         failed_at: float | None = None

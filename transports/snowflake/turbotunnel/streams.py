@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import Callable
 
 from .smux import SmuxError, Stream
 
@@ -23,8 +24,10 @@ LOW_WATER = 64 * 1024
 
 class SmuxTransport(asyncio.Transport):
     def __init__(self, stream: Stream, protocol: asyncio.StreamReaderProtocol,
-                 extra: dict | None = None) -> None:
+                 extra: dict | None = None,
+                 on_close: Callable[[], object] | None = None) -> None:
         super().__init__(extra)
+        self._on_close = on_close
         self._stream = stream
         self._protocol = protocol
         self._queue: collections.deque[bytes] = collections.deque()
@@ -87,6 +90,8 @@ class SmuxTransport(asyncio.Transport):
         self._wake.set()
         with contextlib.suppress(Exception):
             self._protocol.connection_lost(exc)
+        if self._on_close is not None:
+            self._on_close()
 
     # -- asyncio.Transport --------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -138,13 +143,15 @@ class SmuxTransport(asyncio.Transport):
         return self._closing or self._eof
 
 
-def as_streams(stream: Stream, extra: dict | None = None
+def as_streams(stream: Stream, extra: dict | None = None,
+               on_close: Callable[[], object] | None = None
                ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Wrap an smux stream; ``extra`` answers ``get_extra_info`` (e.g. peername)."""
+    """Wrap an smux stream; ``extra`` answers ``get_extra_info`` (e.g. peername);
+    ``on_close`` runs once the wrapped stream is finished."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2 ** 20)
     protocol = asyncio.StreamReaderProtocol(reader)
-    transport = SmuxTransport(stream, protocol, extra)
+    transport = SmuxTransport(stream, protocol, extra, on_close)
     protocol.connection_made(transport)
     writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     return reader, writer

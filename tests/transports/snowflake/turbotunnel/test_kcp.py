@@ -149,3 +149,21 @@ async def test_smux_over_lossy_kcp():
     await client.close()
     await server.close()
     await link.close()
+
+
+async def test_retransmission_backoff_is_additive_like_kcp_go():
+    now = [100.0]
+    sent: list[tuple[float, int]] = []
+    conn = kcp.KCPConn(9, lambda p: sent.extend((now[0], s[4]) for s in segments(p)
+                                                if s[1] == 81), clock=lambda: now[0])
+    await conn.write(b"hello")
+    for _ in range(1000):  # 10 s of 10 ms ticks on the injected clock
+        now[0] += 0.01
+        conn._kcp.update(conn._now())
+    times = [t for t, sn in sent if sn == 0]
+    gaps = [round((b - a) * 1000) for a, b in zip(times, times[1:])]
+    # Doubling (ikcp's nodelay 0) would give 200, 400, 800, 1600, ...; kcp-go adds
+    # a constant per retry. We add rx_rto / 2 = 100 ms per retry.
+    steps = [b - a for a, b in zip(gaps, gaps[1:])]
+    assert len(gaps) >= 8 and all(90 <= s <= 110 for s in steps), gaps
+    await conn.close()
