@@ -1,180 +1,30 @@
-"""Snowflake end to end in the lab, with Debian's 2.5.1 binaries in either slot.
-
-Every piece is a real process in its own namespace: our broker on the broker
-node, our bridge (``python -m transports.snowflake.server``) on the bridge
-node sending streams to a data server beside it, proxies on proxy nodes
-outside the censor, and the client behind the (idle) censor router. Bytes
-are checked with SHA-256 both ways.
+"""Snowflake end to end in the lab, with Debian's 2.5.1 binaries in either slot
+(the rig: :mod:`ptlab.snowflakelab`). Bytes are checked with SHA-256 both ways.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import os
-import random
 import shutil
-import socket
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from netns.nsenter import ns_socket
-from netns.process import LabProcess
-from transports.pt import socks5
-from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
+from ptlab.snowflakelab import (
+    MB,
+    Rig,
+    our_args,
+    socks_open,
+    stream_bytes,
+    upload_and_download,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.interop]
-
-NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # unroutable in the lab: gathering ends at once
-DATA_PORT, BRIDGE_PORT, BROKER_PORT = 9100, 8443, 8080
-MB = 1_000_000
 
 needs_debian = pytest.mark.skipif(
     not (shutil.which("snowflake-proxy") and shutil.which("snowflake-client")),
     reason="Debian's snowflake-proxy/-client are not installed")
-
-
-def stream_bytes(seed: int, n: int):
-    rng = random.Random(seed)
-    while n > 0:
-        k = min(n, 65536)
-        yield rng.randbytes(k)
-        n -= k
-
-
-class DataServer:
-    """``U <n>``: read n bytes, answer their SHA-256; ``D <n> <seed>``: send n
-    seeded bytes. Threads on sockets in the bridge namespace."""
-
-    def __init__(self, ns: str, addr: str, port: int) -> None:
-        self.sock = ns_socket(ns)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((addr, port))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(120)
-        f = conn.makefile("rb")
-        with conn:
-            try:
-                while line := f.readline():
-                    cmd, *rest = line.split()
-                    if cmd == b"U":
-                        n, h = int(rest[0]), hashlib.sha256()
-                        while n:
-                            chunk = f.read(min(n, 65536))
-                            if not chunk:
-                                return
-                            h.update(chunk)
-                            n -= len(chunk)
-                        conn.sendall(h.hexdigest().encode() + b"\n")
-                    elif cmd == b"D":
-                        for chunk in stream_bytes(int(rest[1]), int(rest[0])):
-                            conn.sendall(chunk)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
-class Rig:
-    """Broker, bridge and data server in the lab; proxies and clients on demand."""
-
-    def __init__(self, lab, out: Path) -> None:
-        self.lab, self.out = lab, out
-        self.procs: list[LabProcess] = []
-        bridge = lab.addr("bridge")
-        self.data = DataServer(lab.ns("bridge"), bridge, DATA_PORT)
-        self.bridge = self._start("bridge", [
-            sys.executable, "-m", "transports.snowflake.server",
-            "--listen", f"{bridge}:{BRIDGE_PORT}", "--dest", f"{bridge}:{DATA_PORT}"],
-            '"event": "ready"')
-        self.relay_url = f"ws://{bridge}:{BRIDGE_PORT}/"
-        bridges = out / "bridges.jsonl"
-        bridges.write_text(json.dumps({"displayName": "lab", "webSocketAddress": self.relay_url,
-                                       "fingerprint": DEFAULT_BRIDGE_FINGERPRINT}) + "\n")
-        exact = f"^{bridge}$"
-        self.broker_url = f"http://{lab.addr('broker')}:{BROKER_PORT}/"
-        self.broker = self._start("broker", [
-            sys.executable, "-m", "broker", "--addr", f"{lab.addr('broker')}:{BROKER_PORT}",
-            "--disable-tls", "--allowed-relay-pattern", exact, "--default-relay-pattern", exact,
-            "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
-            "--unknown-proxies-unrestricted"], '"event": "ready"')
-
-    def _start(self, node: str, argv: list[str], ready: str | None = None,
-               env: dict[str, str] | None = None, name: str | None = None) -> LabProcess:
-        name = name or node
-        p = LabProcess(self.lab.ns(node), argv, name, self.out / f"{name}.log", env=env).start()
-        self.procs.append(p)
-        if ready:
-            p.wait_log(ready, 30)
-        return p
-
-    def our_proxy(self, i: int) -> LabProcess:
-        return self._start(f"proxy{i}", [
-            sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", self.broker_url,
-            "-relay", self.relay_url, "-allowed-relay-hostname-pattern",
-            f"^{self.lab.addr('bridge')}$", "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN,
-            "-poll-interval", "1", "-unsafe-logging"], name=f"our-proxy{i}")
-
-    def debian_proxy(self, i: int) -> LabProcess:
-        return self._start(f"proxy{i}", [
-            "snowflake-proxy", "-broker", self.broker_url, "-relay", self.relay_url,
-            "-allowed-relay-hostname-pattern", f"{self.lab.addr('bridge')}$",
-            "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN, "-verbose",
-            "-summary-interval", "1h"], name=f"debian-proxy{i}")
-
-    def _pt_env(self, name: str) -> dict[str, str]:
-        state = self.out / f"{name}-state"
-        state.mkdir(exist_ok=True)
-        return {"TOR_PT_MANAGED_TRANSPORT_VER": "1", "TOR_PT_CLIENT_TRANSPORTS": "snowflake",
-                "TOR_PT_STATE_LOCATION": str(state)}
-
-    def our_client(self) -> int:
-        p = self._start("client", [sys.executable, "-m", "transports.pt"],
-                        "CMETHODS DONE", self._pt_env("our-client"), name="our-client")
-        return _cmethod_port(p.log_text())
-
-    def debian_client(self) -> int:
-        p = self._start("client", [
-            "snowflake-client", "-url", self.broker_url, "-ice", NO_ROUTE_STUN,
-            "-log", str(self.out / "debian-client-own.log")],
-            "CMETHODS DONE", self._pt_env("debian-client"), name="debian-client")
-        return _cmethod_port(p.log_text())
-
-    def attaches(self) -> list[dict]:
-        return [json.loads(line) for line in self.bridge.log_text().splitlines()
-                if '"event": "attach"' in line]
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.stop()
-        self.data.close()
-
-
-def _cmethod_port(log: str) -> int:
-    for line in log.splitlines():
-        if line.startswith("CMETHOD snowflake socks5"):
-            return int(line.split()[-1].rsplit(":", 1)[1])
-    raise AssertionError(f"no CMETHOD line in: {log[-500:]}")
 
 
 @pytest.fixture(scope="module")
@@ -200,43 +50,6 @@ def rig(sflab, tmp_path):
         yield r
     finally:
         r.close()
-
-
-async def socks_open(lab, port: int, args: dict[str, str] | None):
-    sock = ns_socket(lab.ns("client"))
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    reader, writer = await asyncio.open_connection(sock=sock)
-    await socks5.client_connect(reader, writer, "192.0.2.3", 1, args)
-    return reader, writer
-
-
-async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
-    """U then D on one stream; return the seconds taken."""
-    t0 = time.monotonic()
-    writer.write(f"U {n}\n".encode())
-    h = hashlib.sha256()
-    for chunk in stream_bytes(seed, n):
-        h.update(chunk)
-        writer.write(chunk)
-        await writer.drain()
-    line = await asyncio.wait_for(reader.readline(), 120)
-    assert line.strip().decode() == h.hexdigest(), "upload not byte-exact"
-    writer.write(f"D {n} {seed + 1}\n".encode())
-    want = hashlib.sha256(b"".join(stream_bytes(seed + 1, n))).hexdigest()
-    got = hashlib.sha256()
-    left = n
-    while left:
-        chunk = await asyncio.wait_for(reader.read(min(left, 65536)), 120)
-        assert chunk, f"stream ended with {left} bytes to go"
-        got.update(chunk)
-        left -= len(chunk)
-    assert got.hexdigest() == want, "download not byte-exact"
-    return time.monotonic() - t0
-
-
-def our_args(rig: Rig, **extra: str) -> dict[str, str]:
-    return {"url": rig.broker_url, "ice": NO_ROUTE_STUN, **extra}
 
 
 @needs_debian
