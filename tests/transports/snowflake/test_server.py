@@ -10,10 +10,13 @@ import os
 
 import aiohttp
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from transports.snowflake import server as sfserver
 from transports.snowflake.carriers import WebSocketCarrier
 from transports.snowflake.turbotunnel import TOKEN, encapsulation
+from transports.snowflake.turbotunnel.clientmap import ClientMap
 from transports.snowflake.turbotunnel.redial import TurboTunnelSession
 
 
@@ -156,3 +159,53 @@ def test_client_addr_forms():
     assert sfserver._client_addr("") == ""
     assert sfserver.parse_client_ip("not an ip") == ""
     assert sfserver.parse_client_ip("[2001:db8::5]") == "2001:db8::5"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=120), max_size=8))
+async def test_fuzzed_packets_never_crash_a_client_session(packets):
+    async def refuse(stream, session):
+        await stream.close()
+    cmap = ClientMap(refuse)
+    cs = cmap.attach(b"f" * 8, "")
+    cs.incoming(packets)
+    cs.incoming([bytes(24) + b"x", *packets])
+    await cmap.close()
+    assert not cmap.sessions
+
+
+async def test_pt_server_mode_hands_streams_to_the_extended_orport(tmp_path):
+    """ptadapter plays tor: our PT runs the bridge, and the Extended ORPort sees
+    TRANSPORT=snowflake and USERADDR=<the proxy's client_ip>:1."""
+    import sys
+
+    from ptadapter import ExtServerAdapter
+
+    seen: asyncio.Queue = asyncio.Queue()
+
+    async def on_connection(r, w, info):
+        await seen.put(info)
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+        w.close()
+
+    ext = ExtServerAdapter([sys.executable, "-m", "transports.pt"], tmp_path / "s", on_connection)
+    ext.add_transport("snowflake", "127.0.0.1", 0)
+    async with ext:
+        b = ext.get_transport("snowflake")
+        url = f"ws://{b.host}:{b.port}/?client_ip=198.18.0.7"
+
+        async def dial():
+            return await WebSocketCarrier.connect(url)
+        session = TurboTunnelSession(dial).start()
+        reader, writer = await session.open_stream()
+        payload = os.urandom(300_000)
+        writer.write(payload)
+        got = await asyncio.wait_for(reader.readexactly(len(payload)), 20)
+        assert got == payload
+        info = await asyncio.wait_for(seen.get(), 5)
+        writer.close()
+        await session.close()
+    assert info.transport == "snowflake"
+    assert (str(info.host), info.port) == ("198.18.0.7", 1)

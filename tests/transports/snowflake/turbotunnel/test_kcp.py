@@ -161,9 +161,9 @@ async def test_retransmission_backoff_is_additive_like_kcp_go():
         now[0] += 0.01
         conn._kcp.update(conn._now())
     times = [t for t, sn in sent if sn == 0]
-    gaps = [round((b - a) * 1000) for a, b in zip(times, times[1:])]
+    gaps = [round((b - a) * 1000) for a, b in zip(times, times[1:], strict=False)]
     # Doubling (ikcp's nodelay 0) would give 200, 400, 800, 1600, ...; kcp-go adds
     # a constant per retry. We add rx_rto / 2 = 100 ms per retry.
-    steps = [b - a for a, b in zip(gaps, gaps[1:])]
+    steps = [b - a for a, b in zip(gaps, gaps[1:], strict=False)]
     assert len(gaps) >= 8 and all(90 <= s <= 110 for s in steps), gaps
     await conn.close()
