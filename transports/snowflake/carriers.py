@@ -17,6 +17,8 @@ from typing import Any
 
 import aiohttp
 
+from .datachannel import ChannelSender
+
 SNOWFLAKE_TIMEOUT_S = 20.0
 
 
@@ -60,15 +62,16 @@ class DataChannelCarrier:
     """An open aiortc data channel (and its peer connection) as a carrier."""
 
     def __init__(self, pc: Any, channel: Any, *, stale_s: float = SNOWFLAKE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic,
-                 on_close: Callable[[DataChannelCarrier], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pc, self.channel = pc, channel
+        self._sender = ChannelSender(channel)
         self.stale_s = stale_s
         self._clock = clock
         self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.last_recv = clock()
         self.closed = False
-        self._on_close = on_close
+        # Called once with the carrier when it closes (the peer pool's bookkeeping).
+        self.on_close: Callable[[DataChannelCarrier], None] | None = None
         self.bytes_in = 0
 
         @channel.on("message")
@@ -88,15 +91,9 @@ class DataChannelCarrier:
                 self._inbox.put_nowait(None)
 
     async def send(self, data: bytes) -> None:
-        if self.closed or self.channel.readyState != "open":
-            raise ConnectionError("data channel is not open")
-        self.channel.send(data)
-        # aiortc buffers without limit; wait while a lot is queued so a slow
-        # proxy pushes back on KCP instead of growing memory.
-        while self.channel.bufferedAmount > 1 << 20:
-            if self.closed or self.channel.readyState != "open":
-                raise ConnectionError("data channel closed")
-            await asyncio.sleep(0.005)
+        if self.closed:
+            raise ConnectionError("data channel is closed")
+        await self._sender.send(data)
 
     async def recv(self) -> bytes | None:
         while True:
@@ -117,5 +114,5 @@ class DataChannelCarrier:
         self._inbox.put_nowait(None)
         with contextlib.suppress(Exception):
             await self.pc.close()
-        if self._on_close is not None:
-            self._on_close(self)
+        if self.on_close is not None:
+            self.on_close(self)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from transports.base import ClientFactory, Streams, Transport, TransportError
 
+from . import messages as m
 from .carriers import SNOWFLAKE_TIMEOUT_S, DataChannelCarrier
 from .rendezvous import Rendezvous, RendezvousConfig, RendezvousError
 from .sdputil import strip_local_candidates
@@ -130,13 +131,16 @@ class Peers:
                 continue
             try:
                 carrier = await self._connect(self.cfg, self.rendezvous, self._clock)
-            except (RendezvousError, OSError, ValueError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failed collect (broker, ICE,
+                # aiortc) means "try again later"; the loop must outlive it
                 self.failures += 1
                 self.last_error = str(exc)
                 log.info("collecting a snowflake failed: %s", exc)
                 await asyncio.sleep(self.cfg.reconnect_s)
                 continue
-            carrier._on_close = self._closed
+            carrier.on_close = self._closed
             self.collected += 1
             self.live.add(carrier)
             self._ready.put_nowait(carrier)
@@ -198,8 +202,8 @@ def config_from_args(args: Mapping[str, str]) -> ClientConfig:
     try:
         rv = RendezvousConfig(url, front=args.get("front") or None,
                               amp_cache=args.get("ampcache") or None,
-                              fingerprint=args.get("fingerprint") or
-                              RendezvousConfig(url).fingerprint)
+                              fingerprint=args.get("fingerprint")
+                              or m.DEFAULT_BRIDGE_FINGERPRINT)
         ice = [u for u in args.get("ice", "").split(",") if u]
         return ClientConfig(
             rv, ice=ice, max_peers=int(args.get("max", "1")),

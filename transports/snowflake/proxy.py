@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 
 from . import messages as m
+from .datachannel import ChannelSender
 from .relaycheck import RelayRefused, check_relay
 from .sdputil import client_ip, strip_local_candidates
 
@@ -225,6 +226,7 @@ class SnowflakeProxy:
             url += ("&" if "?" in url else "?") + f"client_ip={client}"
         log.info("relaying for client %s", self._addr(client))
         last_down = time.monotonic()
+        sender = ChannelSender(channel)
         async with self._http.ws_connect(url, autoping=True, max_msg_size=0) as ws:
             async def up() -> None:
                 while (data := await upstream.get()) is not None:
@@ -237,7 +239,7 @@ class SnowflakeProxy:
                     if msg.type == aiohttp.WSMsgType.BINARY:
                         last_down = time.monotonic()
                         self.stats.outbound_bytes += len(msg.data)
-                        channel.send(msg.data)
+                        await sender.send(msg.data)
 
             async def quiet() -> None:
                 while (idle := time.monotonic() - last_down) < self.config.inactivity_timeout_s:

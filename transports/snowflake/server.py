@@ -180,7 +180,7 @@ class SnowflakeBridge:
                 if rest:
                     self.stats.bytes_up += len(rest)
                     session.incoming(decoder.feed(rest))
-                if session.closed or down.done():
+                if session.closed:
                     return
                 data = await self._receive(ws)
                 if data is None:
@@ -208,11 +208,8 @@ class SnowflakeBridge:
 
     async def _downstream(self, ws: web.WebSocketResponse, session: ClientSession) -> None:
         queue = session.outgoing
-        while not session.closed:
-            try:
-                packet = await asyncio.wait_for(queue.get(), 1.0)
-            except TimeoutError:
-                continue
+        while True:  # cancelled by _serve when the WebSocket ends
+            packet = await queue.get()
             out = bytearray(encapsulation.encode(packet))
             while not queue.empty() and len(out) < MAX_MESSAGE - 1500:
                 out += encapsulation.encode(queue.get_nowait())
@@ -283,9 +280,6 @@ class SnowflakeServerFactory:
 
     def smethod_args(self) -> dict[str, str]:
         return {}
-
-    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
-        raise NotImplementedError("the Snowflake bridge is a WebSocket server; use listen()")
 
     async def listen(self, host: str, port: int,
                      handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:

@@ -118,9 +118,7 @@ class ClientSession:
         self.closed = True
         self.cmap._forget(self)
         if self.smux is not None:
-            await self.smux.close()
-        if self.kcp is not None:
-            await self.kcp.close()
+            await self.smux.close()  # closes the KCP conversation under it
         if self._acceptor is not None and self._acceptor is not asyncio.current_task():
             self._acceptor.cancel()
 

@@ -92,8 +92,6 @@ class TurboTunnelSession:
         while not self.closed and not self.smux.closed:
             try:
                 carrier = await self._dial()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # noqa: BLE001 - any dial failure means "try again"
                 self.stats.dial_failures += 1
                 log.info("dial failed: %s", exc)
@@ -150,8 +148,7 @@ class TurboTunnelSession:
         if self.closed:
             return
         self.closed = True
-        await self.smux.close()
-        await self.kcp.close()
+        await self.smux.close()  # closes the KCP conversation under it
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

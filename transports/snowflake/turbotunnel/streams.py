@@ -38,6 +38,7 @@ class SmuxTransport(asyncio.Transport):
         self._eof = False
         self._closing = False
         self._paused = False
+        self._finished = False
         loop = asyncio.get_running_loop()
         self._reader_task = loop.create_task(self._pump_in())
         self._writer_task = loop.create_task(self._pump_out())
@@ -82,7 +83,7 @@ class SmuxTransport(asyncio.Transport):
             pass
 
     def _finish(self, exc: Exception | None) -> None:
-        if getattr(self, "_finished", False):
+        if self._finished:
             return
         self._finished = True
         self._closing = True
