@@ -80,51 +80,18 @@ def test_runner_starts_the_prober_and_obfs4_survives_it(lab):
     assert sum(row.probe_verdicts.values()) == row.probes_sent
 
 
-class _ThresholdServer:
-    """Outline 1.0.6's reaction (Frolov et al. §IV-B): read 50 bytes that fail to
-    authenticate, then close; ``threshold=None`` reads forever (MTProto-like)."""
+def _toy_in(ns: str, addr: str, port: int, threshold: int | None):
+    """A :class:`ToyServer` listening inside the lab namespace ``ns``."""
+    import socket
 
-    def __init__(self, ns: str, addr: str, port: int, threshold: int | None) -> None:
-        import socket
-        import threading
+    from censor_sim.prober.toyserver import ToyServer
+    from netns.nsenter import ns_socket
 
-        from netns.nsenter import ns_socket
-
-        self.threshold = threshold
-        self.sock = ns_socket(ns)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((addr, port))
-        self.sock.listen(64)
-        self.conns: list = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import threading
-
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c) -> None:
-        try:
-            got = 0
-            while self.threshold is None or got < self.threshold:
-                chunk = c.recv(65536 if self.threshold is None else self.threshold - got)
-                if not chunk:
-                    return
-                got += len(chunk)
-            c.close()
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            c.close()
+    sock = ns_socket(ns)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((addr, port))
+    sock.listen(64)
+    return ToyServer(threshold, sock=sock)
 
 
 def test_frolov_trees_label_what_they_probe_and_a_label_blocks(
@@ -133,8 +100,8 @@ def test_frolov_trees_label_what_they_probe_and_a_label_blocks(
     bytes) is labelled and blocked; a read-forever server is labelled MTProto-like
     and, not being on the block list, stays reachable."""
     srv = censor_lab.addr("bridge")
-    outline = _ThresholdServer(censor_lab.ns("bridge"), srv, 7510, 50)
-    forever = _ThresholdServer(censor_lab.ns("bridge"), srv, 7511, None)
+    outline = _toy_in(censor_lab.ns("bridge"), srv, 7510, 50)
+    forever = _toy_in(censor_lab.ns("bridge"), srv, 7511, None)
     listen = f"{censor_lab.addr('prober')}:9101"
     prober = LabProcess(censor_lab.ns("prober"), [sys.executable, "-m", "censor_sim.prober",
                                                   "serve", "--listen", listen],

@@ -2,64 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import pytest
 
 from censor_sim.prober.observe import run_suite
 from censor_sim.prober.probes import frolov_suite
 from censor_sim.prober.threshold import find_threshold
+from censor_sim.prober.toyserver import ToyServer
 from censor_sim.prober.trees import Timing, label
-
-
-class ToyServer:
-    """Blocking-socket servers with known probe reactions (Frolov §IV mechanisms):
-    ``threshold=N`` reads exactly N bytes and closes (FIN if that was all, RST if
-    unread bytes remain, never if fewer arrive: Outline 1.0.6 with N = 50);
-    ``threshold=None`` reads forever; ``http`` answers every request with a 400."""
-
-    def __init__(self, threshold: int | None = None, http: bool = False) -> None:
-        self.threshold, self.http = threshold, http
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c: socket.socket) -> None:
-        try:
-            if self.http:
-                c.recv(65536)
-                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-                c.close()
-                return
-            got = 0
-            while self.threshold is None or got < self.threshold:
-                want = 65536 if self.threshold is None else self.threshold - got
-                chunk = c.recv(want)
-                if not chunk:
-                    return
-                got += len(chunk)
-            c.close()  # unread bytes in the kernel buffer make this a RST
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
 
 
 @pytest.fixture
