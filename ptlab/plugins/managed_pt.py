@@ -14,6 +14,8 @@ import shutil
 import sys
 from typing import Any
 
+from transports.obfs4.statefile import load_or_create
+
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 BRIDGE_PORT = 9002
@@ -62,6 +64,10 @@ class ManagedPTPlugin(LabPlugin):
     def servers(self, ctx: CellContext) -> list[Service]:
         host, port = ctx.upstream
         iat = ctx.options.get("iat_mode", 0)
+        if self.transport == "obfs4":
+            # Our state generator draws a seed whose length table lacks 0, on
+            # which obfs4proxy panics in iat-mode 2; obfs4proxy adopts the file.
+            load_or_create(ctx.workdir / f"{self.name}-server-state")
         argv = self._parent(ctx, "server", self._cmd(ctx, "server"),
                             "--bind", f"0.0.0.0:{BRIDGE_PORT}", "--orport", f"{host}:{port}",
                             "--option", f"iat-mode={iat}")

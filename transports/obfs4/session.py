@@ -38,6 +38,7 @@ from .probdist import WeightedDist, iat_seed
 IAT_NONE, IAT_ENABLED, IAT_PARANOID = 0, 1, 2
 MAX_IAT_DELAY = 100  # samples are in units of 100 µs: at most 10 ms
 IAT_UNIT_S = 100e-6
+MAX_ZERO_DRAWS = 64  # iat-mode 2: consecutive 0-length draws before a full segment
 READER_LIMIT = 1 << 20
 # The receive buffer: what one recv_into may fill (asyncio's own socket reads
 # are 256 KiB), plus room for the partial frame carried over.
@@ -266,6 +267,7 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
     async def _pace(self) -> None:
         """iat-modes 1 and 2: write segment-sized chunks with random gaps."""
         buf = bytearray()
+        zeros = 0
         iat = self.shaping.iat_dist
         assert iat is not None
         while self._chunks or buf:
@@ -276,8 +278,15 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
                 # resample when the padding overshoots (it needed two frames).
                 target = self.shaping.len_dist.sample()
                 if target == 0:
-                    await asyncio.sleep(0)  # resample, without starving the loop
-                    continue
+                    # obfs4proxy panics here; we resample, and fall back to a
+                    # full segment should the table hold nothing but 0.
+                    zeros += 1
+                    if zeros < MAX_ZERO_DRAWS:
+                        await asyncio.sleep(0)  # without starving the loop
+                        continue
+                    target = MAXIMUM_SEGMENT_LENGTH
+                else:
+                    zeros = 0
                 if len(buf) < target:
                     buf += self.enc.encode(b"", burst_pad_length(len(buf), target))
                     if len(buf) != target:

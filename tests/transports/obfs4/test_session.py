@@ -551,3 +551,23 @@ async def test_paced_writes_apply_backpressure(iat_mode: int) -> None:
                 "drain() returned with 1 MB still queued for pacing"
         finally:
             writer.transport.abort()
+
+
+async def test_paranoid_writes_survive_a_length_table_of_only_zero() -> None:
+    """obfs4proxy panics when iat-mode 2 draws length 0; we resample, then send full segments."""
+    async with our_server() as (key, port, views):
+        client = Obfs4ClientFactory(key.node_id, key.identity.public, 2, timeout_s=5)
+        _, writer = await client.dial("127.0.0.1", port)
+        proto = writer.transport.get_extra_info("obfs4")
+        await asyncio.sleep(0.1)  # the server's seed frame has reseeded the tables
+        lens = proto.shaping.len_dist
+        lens.values, lens.prob, lens.alias = [0], [1.0], [0]
+        data = os.urandom(20_000)
+        writer.write(data)
+        await writer.drain()
+        for _ in range(200):
+            if views and len(views[0].data) >= len(data):
+                break
+            await asyncio.sleep(0.02)
+        assert views and bytes(views[0].data) == data
+        writer.close()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import selectors
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from transports.obfs4 import statefile
+from transports.obfs4.probdist import WeightedDist
 from transports.obfs4.statefile import (
     ArgsError,
     ClientArgs,
@@ -242,3 +244,24 @@ def test_module_constants():
     assert statefile.STATE_FILE == "obfs4_state.json"
     assert statefile.BRIDGE_FILE == "obfs4_bridgeline.txt"
     assert statefile.CERT_LENGTH == 52
+
+
+def test_paranoid_safe_seed_spots_a_length_table_holding_zero():
+    """~3 % of seeds put 0 among the lengths, and obfs4proxy panics on drawing it in iat-mode 2."""
+    rng = random.Random(7)
+    seeds = [rng.randbytes(24) for _ in range(400)]
+    unsafe = [s for s in seeds if not statefile.paranoid_safe_seed(s)]
+    assert 2 <= len(unsafe) <= 30, len(unsafe)
+    for s in unsafe:
+        assert 0 in WeightedDist(s, 0, 1448).values
+    for s in seeds[:20]:
+        if s not in unsafe:
+            assert 0 not in WeightedDist(s, 0, 1448).values
+
+
+def test_generated_and_created_states_have_paranoid_safe_seeds(tmp_path):
+    for _ in range(60):
+        assert statefile.paranoid_safe_seed(ServerState.generate(iat_mode=2).drbg_seed)
+    for i in range(10):
+        state = load_or_create(tmp_path / str(i), iat_mode=2)
+        assert statefile.paranoid_safe_seed(state.drbg_seed)
