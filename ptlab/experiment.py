@@ -42,6 +42,8 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                                          f"RTT {runner.rtt_ms} ms")
 
             prov = provenance({"experiment": spec.seed}, profile_files, peers)
+            # What each row runs (whose implementation, which stacks), for the report.
+            prov["transports"] = {t: plugins.get(t).description for t in spec.transports}
             done: list = []
 
             def on_row(row) -> None:

@@ -29,6 +29,10 @@ WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
 # Benign sites behind the edge, and the names fronted transports will use.
 EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab")
+# Origins behind the edge on other nodes: name -> (node, port). Snowflake's
+# broker runs per cell; between cells the edge answers 502 for it.
+SNOWFLAKE_EDGE_NAME, SNOWFLAKE_BROKER_PORT = "snowflake.lab", 8080
+EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT)}
 
 
 def _both(port: int) -> list[str]:
@@ -58,7 +62,7 @@ class LabServices:
         for role in self.lab.topology.nodes:
             if self.lab.topology.links_of(role):
                 zone[f"{role}.lab"] = [self.lab.addr(role), self.lab.addr(role, v6=True)]
-        for site in EDGE_SITES:
+        for site in (*EDGE_SITES, *EDGE_ORIGINS):
             zone[site] = zone["cdn.lab"]
         return zone
 
@@ -67,13 +71,17 @@ class LabServices:
         self.ca = LabCA.load_or_create(self.dir / "ca")
         web_cert, web_key = self.ca.issue(["web.lab"], [self.lab.addr("web"),
                                                         self.lab.addr("web", v6=True)], "web")
-        edge_cert, edge_key = self.ca.issue(["cdn.lab", *EDGE_SITES, "*.benign.lab"],
+        edge_cert, edge_key = self.ca.issue(["cdn.lab", *EDGE_SITES, *EDGE_ORIGINS,
+                                             "*.benign.lab"],
                                             [self.lab.addr("cdn")], "edge")
         zone_file = self.dir / "zone.json"
         zone_file.write_text(json.dumps({"names": self.names()}, indent=2))
         web_origin = f"http://{self.lab.addr('web')}:{WEB_HTTP}"
         edge_cfg = self.dir / "edge.json"
-        edge_cfg.write_text(json.dumps({"routes": {s: web_origin for s in EDGE_SITES}}))
+        routes = {s: web_origin for s in EDGE_SITES}
+        routes.update({name: f"http://{self.lab.addr(node)}:{port}"
+                       for name, (node, port) in EDGE_ORIGINS.items()})
+        edge_cfg.write_text(json.dumps({"routes": routes}))
         self.sshd = prepare_sshd(self.dir / "sshd", ["0.0.0.0", "::"], SSH_PORT)
         py = [sys.executable, "-m"]
         specs = [

@@ -28,7 +28,7 @@ from netns.errors import LabError
 from netns.sh import require_root, require_tools
 
 from .results import Row
-from .spec import Spec, Workloads
+from .spec import Spec, TopologyOptions, Workloads
 
 LAB_TOOLS = ("ip", "nft", "tc", "tcpdump")
 
@@ -61,7 +61,9 @@ class LabFixture:
         self.spec = Spec(path=None, name="pytest", repetitions=1,
                          workloads=Workloads(bulk_size=500_000, latency_count=3,
                                              benign=False, bootstrap_timeout_s=5.0,
-                                             idle_timeout_s=2.0, bulk_timeout_s=15.0))
+                                             idle_timeout_s=2.0, bulk_timeout_s=15.0),
+                         # Two proxy nodes, so Snowflake rows can run in the shared lab.
+                         topology=TopologyOptions(proxies=2))
         self.out_dir = out_dir
         self.runner = LabRunner(self.spec, out_dir, capture=True, log=lambda *a: None)
 

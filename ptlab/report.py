@@ -229,6 +229,7 @@ def _provenance_html(prov: dict[str, Any]) -> str:
     }
     parts = [f"<table>{_kv_rows(basics)}</table>"]
     for title, key in (
+        ("Transports", "transports"),
         ("Peer binaries", "peers"),
         ("Python dependencies", "python_deps"),
         ("Seeds", "seeds"),

@@ -220,7 +220,8 @@ class LabRunner:
         cell_dir.mkdir(parents=True, exist_ok=True)
         plugin = plugins.get(transport)
         ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
-                          self.spec.seed, self.services.upstream)
+                          self.spec.seed, self.services.upstream,
+                          lab_ca=self.services.ca.ca_path if self.services.ca else None)
         run = CellRun(name)
         row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
         restarted = self.services.restart_dead()

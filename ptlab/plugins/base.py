@@ -54,6 +54,7 @@ class CellContext:
     options: dict[str, Any]  # the spec's [transports.<name>] table
     seed: int
     upstream: tuple[str, int]  # where bridges relay to (the web node's HTTP server)
+    lab_ca: Path | None = None  # the lab CA's root certificate, which lab clients trust
     python: str = sys.executable
 
     def py(self, *module_args: str) -> list[str]:

@@ -39,12 +39,13 @@ def test_good_spec():
     assert s.expect[0].status == "reachable"
 
 
-def test_the_full_matrix_has_every_shipped_profile_as_a_column():
+def test_the_full_matrix_has_every_shipped_profile_and_plugin():
     from censor_sim.profile import available
     from ptlab import plugins
 
     spec = load_spec(REPO / "experiments" / "full.toml", plugins.available(), available())
     assert {spec.censor_profile(c)[0] for c in spec.censors} == set(available())
+    assert set(spec.transports) == set(plugins.available())
 
 
 @pytest.mark.parametrize("edit, msg", [
@@ -71,7 +72,7 @@ def test_unparsable_and_missing_files(tmp_path):
         load_spec(tmp_path / "missing.toml")
 
 
-@pytest.mark.parametrize("name", ["default.toml", "full.toml"])
+@pytest.mark.parametrize("name", ["default.toml", "full.toml", "snowflake.toml"])
 def test_shipped_specs_are_valid(name):
     from censor_sim.profile import available
     from ptlab import plugins

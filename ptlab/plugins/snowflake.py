@@ -1,0 +1,187 @@
+"""The Snowflake rows: broker, volunteer proxies, client and bridge, each in its slot.
+
+Where each piece runs (ARCHITECTURE.md §1):
+
+* the bridge (``python -m transports.snowflake.server``) on the bridge node,
+  relaying each smux stream to the lab's upstream;
+* our broker (``python -m broker``) on the broker node, reached by the client
+  either directly (``rendezvous = "direct"``: plain HTTP to broker.lab), through
+  the TLS edge under its own name (``"edge"``: https://snowflake.lab/), or
+  domain-fronted (``"fronted"``: TLS with SNI front.lab, Host snowflake.lab);
+  behind the edge, the broker trusts the edge's X-Forwarded-For only;
+* N volunteer proxies on their own nodes outside the censor (``proxyN``);
+* the client in PT managed mode in the client namespace, behind the censor.
+  The WebRTC flow between client and proxy crosses the censor; the proxy's
+  WebSocket to the bridge and its polls do not.
+
+Proxy and client are either ours (aiortc: ``ptlab``) or Debian's 2.5.1 binaries
+(pion: ``debian``), so the DTLS stacks a censor fingerprints differ by row.
+Debian's binaries get a STUN URL with no route (they wait out unreachable
+gathering otherwise, snowflake.md §5.4); ours use the lab STUN server.
+
+Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab`` or
+``debian``), ``proxies`` (1-8, default 1), ``rendezvous`` (as above, default
+``direct``), ``max_peers`` (the client's ``max=``, default 1).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any
+
+from netns.topology import Topology
+from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
+
+from ..labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
+from .base import CellContext, Endpoint, LabPlugin, Service
+
+BRIDGE_PORT = 8443
+NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route in the lab: pion's gathering ends at once
+FRONT_NAME = "front.lab"
+IMPLEMENTATIONS = ("ptlab", "debian")
+RENDEZVOUS = ("direct", "edge", "fronted")
+DEBIAN_BINARIES = {"client": "snowflake-client", "proxy": "snowflake-proxy"}
+PROXY_READY = {"ptlab": r"proxy starting", "debian": r"[Pp]roxy starting"}
+
+
+class SnowflakePlugin(LabPlugin):
+    """One Snowflake row; ``client`` and ``proxy`` default per registered name."""
+
+    def __init__(self, name: str, client: str, proxy: str, description: str) -> None:
+        self.name, self.description = name, description
+        self.default = {"client": client, "proxy": proxy}
+
+    # --- options and topology -------------------------------------------------
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        known = {"client", "proxy", "proxies", "rendezvous", "max_peers"}
+        unknown = set(options) - known
+        if unknown:
+            raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        for side in ("client", "proxy"):
+            impl = options.get(side, self.default[side])
+            if impl not in IMPLEMENTATIONS:
+                raise ValueError(f"{side}: unknown implementation {impl!r} "
+                                 f"(known: {', '.join(IMPLEMENTATIONS)})")
+            if impl == "debian" and shutil.which(DEBIAN_BINARIES[side]) is None:
+                raise ValueError(f"{side}: needs {DEBIAN_BINARIES[side]}, which is not "
+                                 "installed (scripts/setup)")
+        proxies = options.get("proxies", 1)
+        if not isinstance(proxies, int) or isinstance(proxies, bool) or not 1 <= proxies <= 8:
+            raise ValueError("proxies must be an integer from 1 to 8")
+        peers = options.get("max_peers", 1)
+        if not isinstance(peers, int) or isinstance(peers, bool) or not 1 <= peers <= proxies:
+            raise ValueError("max_peers must be an integer from 1 to proxies")
+        if options.get("rendezvous", "direct") not in RENDEZVOUS:
+            raise ValueError(f"rendezvous must be one of {', '.join(RENDEZVOUS)}")
+
+    def extend_topology(self, topology: Topology, options: dict[str, Any]) -> None:
+        """Proxy nodes on the internet side, as many as the row asks for."""
+        for i in range(options.get("proxies", 1)):
+            node = f"proxy{i}"
+            if node not in topology.nodes:
+                topology.add_node(node, f"p{i}")
+                topology.add_link("inet", node)
+
+    # --- processes ------------------------------------------------------------
+
+    def _impl(self, ctx: CellContext, side: str) -> str:
+        return ctx.options.get(side, self.default[side])
+
+    def _broker_url(self, ctx: CellContext) -> str:
+        if ctx.options.get("rendezvous", "direct") == "direct":
+            return f"http://{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}/"
+        return f"https://{SNOWFLAKE_EDGE_NAME}/"  # the edge listens on 443
+
+    def _proxy_broker_url(self, ctx: CellContext) -> str:
+        """Proxies poll the broker directly: they are outside the censor."""
+        return f"http://{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}/"
+
+    def _stun(self, ctx: CellContext, impl: str) -> str:
+        return NO_ROUTE_STUN if impl == "debian" else f"stun:{ctx.lab.addr('svc')}:{STUN_PORT}"
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        bridge = ctx.lab.addr("bridge")
+        host, port = ctx.upstream
+        relay = f"ws://{bridge}:{BRIDGE_PORT}/"
+        bridges = ctx.workdir / "snowflake-bridges.jsonl"
+        bridges.write_text(json.dumps({"displayName": "lab", "webSocketAddress": relay,
+                                       "fingerprint": DEFAULT_BRIDGE_FINGERPRINT}) + "\n")
+        exact = f"^{bridge}$"
+        broker = ctx.py("broker", "--addr", f"{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}",
+                        "--disable-tls", "--allowed-relay-pattern", exact,
+                        "--default-relay-pattern", exact, "--bridge-list-path", str(bridges),
+                        "--proxy-timeout", "8", "--next-poll", "1000",
+                        "--unknown-proxies-unrestricted")
+        if ctx.options.get("rendezvous", "direct") != "direct":
+            broker += ["--trusted-edge", ctx.lab.addr("cdn")]
+        services = [
+            Service("snowflake-bridge", "bridge", ctx.py(
+                "transports.snowflake.server", "--listen", f"{bridge}:{BRIDGE_PORT}",
+                "--dest", f"{host}:{port}")),
+            Service("snowflake-broker", "broker", broker),
+        ]
+        impl = self._impl(ctx, "proxy")
+        for i in range(ctx.options.get("proxies", 1)):
+            if impl == "ptlab":
+                argv = ctx.py("ptlab", "snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
+                              "-relay", relay, "-allowed-relay-hostname-pattern", exact,
+                              "-allow-non-tls-relay", "-stun", self._stun(ctx, impl),
+                              "-poll-interval", "1")
+            else:
+                argv = ["snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
+                        "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",
+                        "-allow-non-tls-relay", "-stun", self._stun(ctx, impl), "-verbose",
+                        "-summary-interval", "1h"]
+            services.append(Service(f"snowflake-proxy{i}", f"proxy{i}", argv,
+                                    ready=PROXY_READY[impl]))
+        return services
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        impl = self._impl(ctx, "client")
+        if impl == "ptlab":
+            cmd = [sys.executable, "-m", "transports.pt"]
+        else:
+            cmd = ["snowflake-client", "-url", self._broker_url(ctx),
+                   "-ice", self._stun(ctx, impl), "-max", str(ctx.options.get("max_peers", 1)),
+                   "-log", str(ctx.workdir / "snowflake-client-own.log")]
+            if ctx.options.get("rendezvous") == "fronted":
+                cmd += ["-front", FRONT_NAME]
+        argv = ctx.py("ptlab.ptparent", "client", "--transport", "snowflake",
+                      "--state", str(ctx.workdir / f"{self.name}-client-state"),
+                      "--info", str(ctx.workdir / f"{self.name}-client.json"), "--", *cmd)
+        # Both clients check the edge's certificate against the lab CA.
+        env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
+        return [Service(f"{self.name}-client", "client", argv, env=env)]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        client = json.loads((ctx.workdir / f"{self.name}-client.json").read_text())
+        host, _, port = client["methods"][0]["addr"].rpartition(":")
+        args: dict[str, str] = {}
+        if self._impl(ctx, "client") == "ptlab":  # a bridge line's arguments, as tor passes them
+            args = {"url": self._broker_url(ctx), "ice": self._stun(ctx, "ptlab"),
+                    "max": str(ctx.options.get("max_peers", 1))}
+            if ctx.options.get("rendezvous") == "fronted":
+                args["front"] = FRONT_NAME
+        upstream_host, upstream_port = ctx.upstream
+        return Endpoint(host, int(port), upstream_host, upstream_port, args)
+
+    def peer_binaries(self) -> list[str]:
+        return [DEBIAN_BINARIES[side] for side in ("client", "proxy")
+                if self.default[side] == "debian"]
+
+
+SNOWFLAKE = SnowflakePlugin(
+    "snowflake", "ptlab", "ptlab",
+    "ptlab's Snowflake: our client and proxy (DTLS: aiortc at both ends), broker and bridge")
+SNOWFLAKE_DEBIAN_PROXY = SnowflakePlugin(
+    "snowflake-debian-proxy", "ptlab", "debian",
+    "Debian's snowflake-proxy 2.5.1 relays our client to our bridge (DTLS: client aiortc, "
+    "proxy pion; the proxy, as answerer, sends the ClientHello)")
+SNOWFLAKE_DEBIAN_CLIENT = SnowflakePlugin(
+    "snowflake-debian-client", "debian", "ptlab",
+    "Debian's snowflake-client 2.5.1 through our broker, proxy and bridge (DTLS: client "
+    "pion, proxy aiortc; the proxy sends the ClientHello)")
