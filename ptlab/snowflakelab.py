@@ -125,7 +125,8 @@ class Rig:
             sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", self.broker_url,
             "-relay", self.relay_url, "-allowed-relay-hostname-pattern",
             f"^{self.lab.addr('bridge')}$", "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN,
-            "-poll-interval", "1", "-unsafe-logging"], name=f"our-proxy{i}")
+            "-poll-interval", "1", "-nat-probe-server", "",
+            "-unsafe-logging"], name=f"our-proxy{i}")
 
     def debian_proxy(self, i: int) -> LabProcess:
         return self._start(f"proxy{i}", [

@@ -10,6 +10,8 @@ Where each piece runs (ARCHITECTURE.md §1):
   domain-fronted (``"fronted"``: TLS with SNI front.lab, Host snowflake.lab);
   behind the edge, the broker trusts the edge's X-Forwarded-For only;
 * N volunteer proxies on their own nodes outside the censor (``proxyN``);
+  ours learn their NAT type from a probe service beside the broker
+  (Debian's 2.5.1 has Tor's probe URL built in, fails, and says ``unknown``);
 * the client in PT managed mode in the client namespace, behind the censor.
   The WebRTC flow between client and proxy crosses the censor; the proxy's
   WebSocket to the bridge and its polls do not.
@@ -38,6 +40,7 @@ from ..labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 BRIDGE_PORT = 8443
+NAT_PROBE_PORT = 8081  # the NAT probe service, beside the broker
 NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route in the lab: pion's gathering ends at once
 FRONT_NAME = "front.lab"
 IMPLEMENTATIONS = ("ptlab", "debian")
@@ -118,7 +121,11 @@ class SnowflakePlugin(LabPlugin):
                         "--unknown-proxies-unrestricted")
         if ctx.options.get("rendezvous", "direct") != "direct":
             broker += ["--trusted-edge", ctx.lab.addr("cdn")]
+        probe = f"{ctx.lab.addr('broker')}:{NAT_PROBE_PORT}"
         services = [
+            Service("snowflake-natprobe", "broker", ctx.py(
+                "transports.snowflake.natprobe", "--addr", probe,
+                "--stun", self._stun(ctx, "ptlab"))),
             Service("snowflake-bridge", "bridge", ctx.py(
                 "transports.snowflake.server", "--listen", f"{bridge}:{BRIDGE_PORT}",
                 "--dest", f"{host}:{port}")),
@@ -130,7 +137,8 @@ class SnowflakePlugin(LabPlugin):
                 argv = ctx.py("ptlab", "snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
                               "-relay", relay, "-allowed-relay-hostname-pattern", exact,
                               "-allow-non-tls-relay", "-stun", self._stun(ctx, impl),
-                              "-poll-interval", "1")
+                              "-poll-interval", "1", "-nat-probe-server",
+                              f"http://{probe}/probe")
             else:
                 argv = ["snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",

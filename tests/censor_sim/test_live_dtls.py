@@ -110,7 +110,7 @@ async def snowflake_session(lab, out: Path, wait_s: float,
         argv = [sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", rv.broker_url,
                 "-relay", rv.relay_url, "-allowed-relay-hostname-pattern", f"^{host}$",
                 "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN, "-poll-interval", "1",
-                "-unsafe-logging"]
+                "-nat-probe-server", "", "-unsafe-logging"]
     else:
         argv = ["snowflake-proxy", "-broker", rv.broker_url, "-relay", rv.relay_url,
                 "-allowed-relay-hostname-pattern", f"{host}$", "-allow-non-tls-relay",

@@ -27,6 +27,7 @@ PROXY_VERSION = "1.3"
 CLIENT_VERSION = "1.0"
 DEFAULT_BRIDGE_FINGERPRINT = "2B280B23E1107BB62ABFC40DDCC8824814F80A72"  # snowflake-01
 NAT_TYPES = ("unknown", "restricted", "unrestricted")
+NAT_UNKNOWN, NAT_RESTRICTED, NAT_UNRESTRICTED = NAT_TYPES
 PROXY_TYPES = ("standalone", "webext", "badge", "iptproxy", "bloco")
 
 STATUS_MATCH = "client match"
@@ -196,6 +197,12 @@ class AnswerRequest:
 
 def encode_answer_response(status: str) -> bytes:
     return _dumps({"Status": status})
+
+
+def decode_answer_response(data: bytes) -> str:
+    """The Status of the broker's answer to ``POST /answer`` ("" when absent)."""
+    status = _go_json(data, "answer response").get("status", "")
+    return status if isinstance(status, str) else ""
 
 
 # -- client ↔ broker, version 1.0 -------------------------------------------------------

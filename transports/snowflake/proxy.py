@@ -30,6 +30,7 @@ import aiohttp
 
 from . import messages as m
 from .datachannel import ChannelSender
+from .natprobe import TOR_PROBE_URL, probe_nat
 from .relaycheck import RelayRefused, check_relay
 from .sdputil import client_ip, strip_local_candidates
 
@@ -50,7 +51,10 @@ class ProxyConfig:
     datachannel_timeout_s: float = 20.0
     inactivity_timeout_s: float = 30.0
     broker_timeout_s: float = 30.0
-    nat: str = "unknown"
+    nat: str = "unknown"  # until (or unless) the probe service says otherwise
+    nat_probe_url: str = TOR_PROBE_URL  # "": never probe
+    nat_retest_interval_s: float = 24 * 3600.0  # 0: probe at start only
+    nat_probe_timeout_s: float = 20.0
     proxy_type: str = "standalone"
     unsafe_logging: bool = False
 
@@ -89,6 +93,7 @@ class SnowflakeProxy:
         self.stats = ProxyStats()
         self.sessions: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
+        self.nat = config.nat  # what the polls report
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
@@ -103,6 +108,11 @@ class SnowflakeProxy:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             self._http = http
             sid = new_sid()
+            retest: asyncio.Task[None] | None = None
+            if self.config.nat_probe_url:
+                await self.check_nat()  # as Tor's proxy does, before the first poll
+                if self.config.nat_retest_interval_s > 0:
+                    retest = asyncio.create_task(self._retest_nat(stop))
             try:
                 while not stop.is_set():
                     t0 = time.monotonic()
@@ -129,14 +139,32 @@ class SnowflakeProxy:
                             sid = new_sid()
                     await _sleep_or_stop(stop, max(0.0, wait - (time.monotonic() - t0)))
             finally:
-                for t in list(self.sessions):
+                for t in [*self.sessions, *([retest] if retest else [])]:
                     t.cancel()
-                await asyncio.gather(*self.sessions, return_exceptions=True)
+                await asyncio.gather(*self.sessions, *([retest] if retest else []),
+                                     return_exceptions=True)
+
+    async def check_nat(self) -> str:
+        """Ask the probe service; an ``unknown`` result keeps the type we had."""
+        assert self._http is not None
+        found = await probe_nat(self._http, self.config.nat_probe_url, self.config.stun,
+                                self.config.nat_probe_timeout_s,
+                                self.config.keep_local_addresses)
+        if found != m.NAT_UNKNOWN:
+            self.nat = found
+        log.info("NAT type: %s", self.nat)
+        return self.nat
+
+    async def _retest_nat(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _sleep_or_stop(stop, self.config.nat_retest_interval_s)
+            if not stop.is_set():
+                await self.check_nat()
 
     async def poll(self, sid: str) -> m.ProxyPollResponse:
         assert self._http is not None
         clients = self.clients // 8 * 8  # Tor rounds down to a multiple of 8
-        body = m.ProxyPoll(sid, self.config.proxy_type, self.config.nat, clients,
+        body = m.ProxyPoll(sid, self.config.proxy_type, self.nat, clients,
                            self.config.allowed_relay_pattern).encode()
         self.stats.polls += 1
         async with self._http.post(self.config.broker.rstrip("/") + "/proxy", data=body) as r:
@@ -208,7 +236,7 @@ class SnowflakeProxy:
         async with self._http.post(url, data=m.AnswerRequest(sid, answer).encode()) as r:
             data = await r.content.read(100_000)
         try:
-            status = m._go_json(data, "answer response").get("status")
+            status: str | None = m.decode_answer_response(data)
         except m.MessageError:
             status = None
         if r.status != 200 or status != m.STATUS_SUCCESS:

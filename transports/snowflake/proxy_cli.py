@@ -1,8 +1,10 @@
 """``ptlab snowflake-proxy``: run our Snowflake proxy as a volunteer would.
 
 Flags mirror Tor's ``snowflake-proxy`` where they overlap (single dash, same
-names and defaults: Tor's public broker, relay and STUN server). Ours:
-``-nat`` (the NAT type to report when no probe service is reachable),
+names and defaults: Tor's public broker, relay, STUN server and NAT probe
+service; durations in Go's form, ``24h`` or ``1m30s``, or plain seconds).
+Ours: ``-nat`` (the NAT type to report until, or unless, the probe service
+answers; ``-nat-probe-server ""`` turns probing off),
 ``-datachannel-timeout``, ``-inactivity-timeout``. Prometheus metrics are
 served at ``http://<metrics-address>:<metrics-port>/internal/metrics`` with
 ``-metrics``, as in Tor's 2.6.1+.
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import re
 import signal
 import sys
 
@@ -20,6 +24,29 @@ from aiohttp import web
 
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+                   "h": 3600.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def go_duration(text: str) -> float:
+    """Seconds from a Go duration (``24h``, ``1m30s``, ``500ms``) or a plain number."""
+    text = text.strip()
+    with contextlib.suppress(ValueError):
+        value = float(text)
+        if value >= 0:
+            return value
+        raise argparse.ArgumentTypeError(f"negative duration {text!r}")
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 24h, 1m30s, 5)")
+    return total
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,8 +61,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-allow-proxying-to-private-addresses", action="store_true")
     p.add_argument("-keep-local-addresses", action="store_true")
     p.add_argument("-capacity", type=int, default=0, help="maximum clients (0: unlimited)")
-    p.add_argument("-poll-interval", type=float, default=d.poll_interval_s, help="seconds")
+    p.add_argument("-poll-interval", type=go_duration, default=d.poll_interval_s,
+                   help="time between polls (default 5s)")
     p.add_argument("-nat", choices=NAT_TYPES, default=d.nat)
+    p.add_argument("-nat-probe-server", default=d.nat_probe_url,
+                   help="NAT probe service URL (\"\": do not probe)")
+    p.add_argument("-nat-retest-interval", type=go_duration, default=d.nat_retest_interval_s,
+                   help="time between NAT tests (0: only at start; default 24h)")
     p.add_argument("-datachannel-timeout", type=float, default=d.datachannel_timeout_s)
     p.add_argument("-inactivity-timeout", type=float, default=d.inactivity_timeout_s)
     p.add_argument("-unsafe-logging", action="store_true", help="log client addresses")
@@ -58,6 +90,7 @@ async def _run(args: argparse.Namespace) -> None:
         allow_private_relay=args.allow_proxying_to_private_addresses,
         keep_local_addresses=args.keep_local_addresses, capacity=args.capacity,
         poll_interval_s=args.poll_interval, nat=args.nat,
+        nat_probe_url=args.nat_probe_server, nat_retest_interval_s=args.nat_retest_interval,
         datachannel_timeout_s=args.datachannel_timeout,
         inactivity_timeout_s=args.inactivity_timeout, unsafe_logging=args.unsafe_logging)
     proxy = SnowflakeProxy(cfg)

@@ -37,6 +37,9 @@ def test_fronting_hides_the_broker_name_from_an_sni_blocklist(lab):
                  "actions": {"residual": {"seconds": [2]}}}
     fronted = run(lab, "snowflake", "sni-blocklist", overrides=sni_block, rendezvous="fronted")
     assert fronted.status == "reachable", fronted.error
+    # Our proxies asked the lab's NAT probe service, which reached them.
+    cell = lab.out_dir / "cells" / "snowflake__sni-blocklist"
+    assert "NAT type: unrestricted" in (cell / "snowflake-proxy0.log").read_text()
     assert "tls" not in fronted.detections
     named = run(lab, "snowflake", "sni-blocklist", overrides=sni_block, bootstrap_s=12.0,
                 rendezvous="edge")

@@ -54,7 +54,8 @@ async def test_polls_are_tor_shaped_and_a_bad_relay_is_refused_without_answering
                m.ProxyPollResponse(m.STATUS_MATCH, OFFER, "unknown", "wss://evil.example/", 10),
                m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=10)]
     server, polls, answers = await scripted_broker(replies)
-    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=5.0)
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=5.0,
+                      nat_probe_url="")
     proxy = await run_proxy(cfg, lambda: len(polls) >= 4)
     await server.close()
     first = polls[0]
