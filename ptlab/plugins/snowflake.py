@@ -41,6 +41,7 @@ from .base import CellContext, Endpoint, LabPlugin, Service
 
 BRIDGE_PORT = 8443
 NAT_PROBE_PORT = 8081  # the NAT probe service, beside the broker
+PROXY_UDP_PORTS = "40000:40999"  # our proxies' ICE sockets (-ephemeral-ports-range)
 NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route in the lab: pion's gathering ends at once
 FRONT_NAME = "front.lab"
 IMPLEMENTATIONS = ("ptlab", "debian")
@@ -138,7 +139,8 @@ class SnowflakePlugin(LabPlugin):
                               "-relay", relay, "-allowed-relay-hostname-pattern", exact,
                               "-allow-non-tls-relay", "-stun", self._stun(ctx, impl),
                               "-poll-interval", "1", "-nat-probe-server",
-                              f"http://{probe}/probe")
+                              f"http://{probe}/probe", "-ephemeral-ports-range",
+                              PROXY_UDP_PORTS)
             else:
                 argv = ["snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
+from .udpports import PortRange, PortRangeEventLoop
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
                    "h": 3600.0}
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-allow-non-tls-relay", action="store_true")
     p.add_argument("-allow-proxying-to-private-addresses", action="store_true")
     p.add_argument("-keep-local-addresses", action="store_true")
+    p.add_argument("-ephemeral-ports-range", default="",
+                   help='ICE UDP ports range (format: "<min>:<max>")')
     p.add_argument("-capacity", type=int, default=0, help="maximum clients (0: unlimited)")
     p.add_argument("-poll-interval", type=go_duration, default=d.poll_interval_s,
                    help="time between polls (default 5s)")
@@ -78,6 +81,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.capacity < 0 or args.poll_interval <= 0:
         p.error("-capacity must be >= 0 and -poll-interval > 0")
+    args.ports = None
+    if args.ephemeral_ports_range:
+        try:
+            args.ports = PortRange.parse(args.ephemeral_ports_range)
+        except ValueError as exc:
+            p.error(f"-ephemeral-ports-range: {exc}")
     return args
 
 
@@ -125,8 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         for noisy in ("aioice", "aiortc"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    ports = args.ports
     try:
-        asyncio.run(_run(args))
+        with asyncio.Runner(loop_factory=(lambda: PortRangeEventLoop(ports)) if ports
+                            else None) as runner:
+            runner.run(_run(args))
     except OSError as exc:
         print(f"snowflake-proxy: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,95 @@
+"""-ephemeral-ports-range: aiortc's ICE sockets land inside the range, and a full
+range or a bad flag is a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import re
+import socket
+
+import pytest
+
+from transports.snowflake.proxy_cli import parse_args
+from transports.snowflake.udpports import PortRange, PortRangeEventLoop
+
+
+async def offer_ports() -> list[int]:
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc.createDataChannel("snowflake")
+    try:
+        await pc.setLocalDescription(await pc.createOffer())
+        return [int(m.group(1)) for m in
+                re.finditer(r"a=candidate:\S+ \d+ udp \d+ \S+ (\d+) typ host",
+                            pc.localDescription.sdp)]
+    finally:
+        await pc.close()
+
+
+def free_udp_range(width: int) -> PortRange:
+    """A range of ports that are free now (best effort: a random high block)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1]
+    low = max(1024, min(base, 65535 - width))
+    return PortRange(low, low + width - 1)
+
+
+def test_host_candidates_bind_inside_the_range():
+    ports = free_udp_range(40)
+    with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(ports)) as runner:
+        got = runner.run(offer_ports())
+    assert got, "no host candidates"
+    assert all(ports.low <= p <= ports.high for p in got), (ports, got)
+
+
+def test_a_fixed_port_and_a_connected_socket_are_left_alone():
+    ports = free_udp_range(5)
+
+    async def bind() -> tuple[int, tuple]:
+        loop = asyncio.get_running_loop()
+        fixed, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, local_addr=("127.0.0.1", ports.high + 1))
+        out, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, remote_addr=("127.0.0.1", 9))
+        try:
+            return fixed.get_extra_info("sockname")[1], out.get_extra_info("peername")
+        finally:
+            fixed.close()
+            out.close()
+
+    with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(ports)) as runner:
+        fixed, peer = runner.run(bind())
+    assert fixed == ports.high + 1
+    assert peer == ("127.0.0.1", 9)
+
+
+def test_a_full_range_is_a_clear_error():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+
+        async def bind() -> None:
+            await asyncio.get_running_loop().create_datagram_endpoint(
+                asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+
+        with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(PortRange(port, port))) as r:
+            with pytest.raises(OSError, match=f"no free UDP port in {port}:{port}") as exc:
+                r.run(bind())
+    assert exc.value.errno == errno.EADDRINUSE
+
+
+@pytest.mark.parametrize("text", ["", "5", "a:b", "10:5", "0:10", "1:70000", "-1:5"])
+def test_bad_ranges_are_refused(text):
+    with pytest.raises(ValueError, match="port range"):
+        PortRange.parse(text)
+
+
+def test_the_flag_is_parsed_and_checked(capsys):
+    assert parse_args(["-ephemeral-ports-range", "50000:50100"]).ports == (50000, 50100)
+    assert parse_args([]).ports is None
+    with pytest.raises(SystemExit):
+        parse_args(["-ephemeral-ports-range", "9:1"])
+    assert "-ephemeral-ports-range: port range '9:1'" in capsys.readouterr().err
