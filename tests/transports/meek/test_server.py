@@ -1,0 +1,216 @@
+"""Our meek server on loopback: meek-server's HTTP behaviour, sessions and their expiry,
+limits and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from transports.meek.server import (
+    DECOY_TEXT,
+    MAX_PAYLOAD,
+    MeekConfig,
+    MeekServer,
+    check_session_id,
+)
+
+
+class Upstream:
+    """An echo server; ``dialed`` records the client address each session was opened with."""
+
+    def __init__(self) -> None:
+        self.dialed: list[str] = []
+        self.connections = 0
+        self.closed = 0
+
+    async def dial(self, client_addr: str):
+        self.dialed.append(client_addr)
+        self.connections += 1
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def start(self) -> Upstream:
+        async def echo(reader, writer):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            self.closed += 1
+            writer.close()
+
+        self.server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def meek(config: MeekConfig | None = None, clock=None):
+    up = await Upstream().start()
+    server = MeekServer(config or MeekConfig(turnaround_s=0.05), up.dial,
+                        **({"clock": clock} if clock else {}))
+    ts = TestServer(server.app, host="127.0.0.1")
+    await ts.start_server()
+    return ts, server, up
+
+
+async def post(http, ts, sid, body=b"", headers=None):
+    h = {"X-Session-Id": sid} if sid is not None else {}
+    h.update(headers or {})
+    async with http.post(ts.make_url("/"), data=body, headers=h) as r:
+        return r.status, await r.read(), r.headers.get("Content-Type")
+
+
+async def test_a_session_round_trips_bytes_and_keeps_one_upstream():
+    ts, server, up = await meek()
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, data, ctype = await post(http, ts, "abcdefgh12", b"hello")
+            assert (status, data, ctype) == (200, b"hello", "application/octet-stream")
+            status, data, _ = await post(http, ts, "abcdefgh12")  # an empty poll
+            assert (status, data) == (200, b"")
+            await post(http, ts, "abcdefgh12", b"again")
+            await post(http, ts, "other-session-1", b"x")
+        assert up.connections == 2 and server.stats.sessions == 2
+    finally:
+        await ts.close()
+
+
+async def test_decoy_and_other_methods():
+    ts, _, up = await meek()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(ts.make_url("/")) as r:
+                assert r.status == 200 and await r.text() == DECOY_TEXT
+            async with http.get(ts.make_url("/admin")) as r:
+                assert r.status == 404
+            async with http.put(ts.make_url("/"), data=b"x",
+                                headers={"X-Session-Id": "abcdefgh"}) as r:
+                assert r.status == 400
+        assert up.connections == 0
+    finally:
+        await ts.close()
+
+
+@pytest.mark.parametrize("sid", [None, "", "short", "x" * 129, "has space1", "caf\u00e9-caf\u00e9"])
+async def test_missing_or_malformed_session_ids_get_400_and_no_upstream(sid):
+    ts, server, up = await meek()
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, _, _ = await post(http, ts, sid, b"data")
+            assert status == 400
+            status, data, _ = await post(http, ts, "fine-session", b"still up")
+            assert (status, data) == (200, b"still up")
+        assert up.connections == 1 and server.stats.rejected == 1
+    finally:
+        await ts.close()
+
+
+async def test_bodies_over_64_kib_get_413_and_64_kib_passes():
+    ts, _, up = await meek(MeekConfig(turnaround_s=0.2))
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, _, _ = await post(http, ts, "big-session", b"x" * (MAX_PAYLOAD + 1))
+            assert status == 413
+            status, data, _ = await post(http, ts, "big-session", b"y" * MAX_PAYLOAD)
+            assert status == 200 and 0 < len(data) <= MAX_PAYLOAD
+    finally:
+        await ts.close()
+
+
+async def test_sessions_expire_after_the_staleness():
+    clock = Clock()
+    ts, server, up = await meek(MeekConfig(turnaround_s=0.05, staleness_s=120), clock)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await post(http, ts, "session-old", b"a")
+            clock.now += 100
+            await post(http, ts, "session-new", b"b")
+            clock.now += 21
+            assert server.expire() == 1
+            assert set(server.sessions) == {"session-new"}
+            for _ in range(50):
+                if up.closed:
+                    break
+                await asyncio.sleep(0.01)
+            assert up.closed == 1  # the old session's upstream was closed
+            await post(http, ts, "session-old", b"c")  # a new session under the old id
+        assert up.connections == 3
+    finally:
+        await ts.close()
+
+
+async def test_the_client_address_comes_from_the_edge_only():
+    ts, _, up = await meek(MeekConfig(turnaround_s=0.01, trusted_edges=("127.0.0.1",)))
+    try:
+        async with aiohttp.ClientSession() as http:
+            await post(http, ts, "session-aaa", b"", {"Meek-IP": "198.18.0.7, 10.0.0.1"})
+            await post(http, ts, "session-bbb", b"", {"X-Forwarded-For": "2001:db8::5"})
+            await post(http, ts, "session-ccc", b"", {"X-Forwarded-For": "not an address"})
+    finally:
+        await ts.close()
+    ts, _, up2 = await meek(MeekConfig(turnaround_s=0.01))
+    try:
+        async with aiohttp.ClientSession() as http:
+            await post(http, ts, "session-ddd", b"", {"Meek-IP": "198.18.0.7"})
+    finally:
+        await ts.close()
+    assert up.dialed == ["198.18.0.7:1", "[2001:db8::5]:1", "127.0.0.1:1"]
+    assert up2.dialed == ["127.0.0.1:1"]  # not an edge: the header does not count
+
+
+async def test_an_upstream_that_closes_gives_500_and_ends_the_session():
+    async def closing_dial(_addr):
+        async def hang_up(reader, writer):
+            writer.close()
+        srv = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        return await asyncio.open_connection(*srv.sockets[0].getsockname()[:2])
+
+    server = MeekServer(MeekConfig(turnaround_s=0.2), closing_dial)
+    ts = TestServer(server.app, host="127.0.0.1")
+    await ts.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, _, _ = await post(http, ts, "doomed-session", b"x")
+            assert status == 500
+        assert not server.sessions
+    finally:
+        await ts.close()
+
+
+def test_session_id_rules():
+    assert check_session_id("abcdefgh") == "abcdefgh"
+    assert check_session_id("0" * 32) == "0" * 32
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from(["POST", "GET", "PUT", "DELETE", "PATCH"]),
+       path=st.text(alphabet="abc/%?=&", max_size=20),
+       sid=st.one_of(st.none(), st.text(alphabet=st.characters(min_codepoint=32,
+                                                                max_codepoint=126), max_size=40)),
+       body=st.binary(max_size=2000))
+def test_fuzzed_requests_never_break_the_server(method, path, sid, body):
+    async def one() -> None:
+        ts, _, _ = await meek(MeekConfig(turnaround_s=0.001))
+        try:
+            async with aiohttp.ClientSession() as http:
+                headers = {"X-Session-Id": sid} if sid is not None else {}
+                async with http.request(method, ts.make_url("/" + path.lstrip("/")),
+                                        data=body, headers=headers) as r:
+                    assert r.status in (200, 400, 404), r.status
+                async with http.get(ts.make_url("/")) as r:
+                    assert r.status == 200
+        finally:
+            await ts.close()
+
+    asyncio.run(one())

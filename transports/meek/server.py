@@ -1,0 +1,421 @@
+"""The meek server: an HTTP endpoint that turns POSTs into one TCP stream per session.
+
+Behaviour follows Tor's meek-server (meek_conjure.md §1.1):
+
+* every POST (any path) carries ``X-Session-Id``; an unknown id opens one
+  upstream connection for the session, with the client address taken from
+  ``Meek-IP``, then ``X-Forwarded-For`` (first element), then the peer, but the
+  headers count only when the peer is a trusted edge (our addition: Tor's
+  server trusts whoever sends them);
+* the body (at most 64 KiB) goes upstream, then the server waits for the
+  turnaround (10 ms) and answers with what one read of up to 64 KiB returns,
+  often nothing, as ``application/octet-stream``;
+* requests of one session are served one at a time, in arrival order;
+* a session unused for the staleness (120 s) is closed by a sweep every half
+  staleness; an upstream that fails or ends gives 500 and ends the session;
+* ``GET /`` answers meek-server's decoy text; other GETs 404, other methods 400.
+
+Ids shorter than 8 characters get 400 (meek-server's minimum); so do ids
+longer than 128 or with characters outside printable ASCII (ours: they are
+never produced by meek or meek_lite and would only cost memory). Bodies over
+64 KiB get 413. None of this says "proxy" to a prober: the answers are those
+of a small web application.
+
+Timers take an injectable clock, and the sweep is :meth:`MeekServer.expire`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD = 0x10000  # 64 KiB, both directions
+TURNAROUND_S = 0.010
+STALENESS_S = 120.0
+MIN_SESSION_ID, MAX_SESSION_ID = 8, 128
+DECOY_TEXT = "I\u2019m just a happy little web server.\n"
+TRANSPORT_NAME = "meek"
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Dial = Callable[[str], Awaitable[Streams]]  # client address "IP:1" -> upstream streams
+
+
+@dataclass
+class MeekConfig:
+    turnaround_s: float = TURNAROUND_S
+    staleness_s: float = STALENESS_S
+    max_payload: int = MAX_PAYLOAD
+    trusted_edges: tuple[str, ...] = ()  # peers whose Meek-IP / X-Forwarded-For count
+
+
+@dataclass
+class MeekStats:
+    sessions: int = 0
+    expired: int = 0
+    requests: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    rejected: int = 0
+    upstream_failures: int = 0
+
+
+@dataclass
+class Session:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    client_addr: str
+    last_seen: float
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class BadSessionId(ValueError):
+    pass
+
+
+def check_session_id(value: str | None) -> str:
+    """The ``X-Session-Id`` if acceptable; :class:`BadSessionId` says why not."""
+    if value is None:
+        raise BadSessionId("missing X-Session-Id")
+    if len(value) < MIN_SESSION_ID:
+        raise BadSessionId("X-Session-Id too short")
+    if len(value) > MAX_SESSION_ID or not all("\x21" <= c <= "\x7e" for c in value):
+        raise BadSessionId("malformed X-Session-Id")
+    return value
+
+
+def _first_address(header: str | None) -> str | None:
+    """The first element of a comma-separated header, if it is an IP address."""
+    if not header:
+        return None
+    first = header.split(",", 1)[0].strip()
+    try:
+        return str(ipaddress.ip_address(first.strip("[]")))
+    except ValueError:
+        return None
+
+
+def format_useraddr(ip: str) -> str:
+    """``IP:1`` (port 1 is a stub, as goptlib's DialOr gets it); IPv6 in brackets."""
+    return f"[{ip}]:1" if ":" in ip else f"{ip}:1"
+
+
+class MeekServer:
+    """The aiohttp application (:attr:`app`); ``dial`` opens each session's upstream."""
+
+    def __init__(self, config: MeekConfig, dial: Dial,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.dial = dial
+        self.clock = clock
+        self.sessions: dict[str, Session] = {}
+        self.stats = MeekStats()
+        self._opening: dict[str, asyncio.Future[Session]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self.app = web.Application(client_max_size=config.max_payload)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.on_startup.append(self._start_sweeper)
+        self.app.on_cleanup.append(self._cleanup)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def _start_sweeper(self, _app: web.Application) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.staleness_s / 2)
+            self.expire()
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for sid in list(self.sessions):
+            self._end(sid)
+
+    def expire(self) -> int:
+        """Close sessions unused for the staleness; return how many."""
+        cutoff = self.clock() - self.config.staleness_s
+        stale = [sid for sid, s in self.sessions.items()
+                 if s.last_seen < cutoff and not s.lock.locked()]
+        for sid in stale:
+            self._end(sid)
+        self.stats.expired += len(stale)
+        return len(stale)
+
+    def _end(self, sid: str) -> None:
+        session = self.sessions.pop(sid, None)
+        if session is not None:
+            session.close()
+
+    # -- requests ------------------------------------------------------------------
+
+    def client_ip(self, request: web.Request) -> str:
+        peer = request.remote or "0.0.0.0"
+        if peer in self.config.trusted_edges:
+            for header in ("Meek-IP", "X-Forwarded-For"):
+                found = _first_address(request.headers.get(header))
+                if found:
+                    return found
+        return peer
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET":
+            if request.path == "/":
+                return web.Response(text=DECOY_TEXT, content_type="text/plain")
+            return web.Response(status=404, text="404 page not found\n",
+                                content_type="text/plain")
+        if request.method != "POST":
+            return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
+        try:
+            sid = check_session_id(request.headers.get("X-Session-Id"))
+        except BadSessionId:
+            self.stats.rejected += 1
+            return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.stats.rejected += 1
+            return web.Response(status=413, text="Request Entity Too Large\n",
+                                content_type="text/plain")
+        self.stats.requests += 1
+        try:
+            session = await self._session(sid, request)
+        except OSError as exc:
+            self.stats.upstream_failures += 1
+            log.info("cannot open the upstream for a session: %s", exc)
+            return web.Response(status=500, text="Internal server error.\n",
+                                content_type="text/plain")
+        async with session.lock:
+            session.last_seen = self.clock()
+            try:
+                data = await self._turnaround(session, body)
+            except (OSError, EOFError) as exc:
+                self.stats.upstream_failures += 1
+                log.info("session upstream ended: %s", exc or type(exc).__name__)
+                if self.sessions.get(sid) is session:
+                    self._end(sid)
+                return web.Response(status=500, text="Internal server error.\n",
+                                    content_type="text/plain")
+            session.last_seen = self.clock()
+        self.stats.bytes_up += len(body)
+        self.stats.bytes_down += len(data)
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def _session(self, sid: str, request: web.Request) -> Session:
+        session = self.sessions.get(sid)
+        if session is not None:
+            return session
+        pending = self._opening.get(sid)
+        if pending is not None:  # a concurrent first request of the same session
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self._opening[sid] = fut
+        try:
+            addr = format_useraddr(self.client_ip(request))
+            reader, writer = await self.dial(addr)
+            session = Session(reader, writer, addr, self.clock())
+            self.sessions[sid] = session
+            self.stats.sessions += 1
+            fut.set_result(session)
+            return session
+        except BaseException as exc:
+            fut.set_exception(exc if isinstance(exc, Exception) else OSError("cancelled"))
+            fut.exception()  # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            del self._opening[sid]
+
+    async def _turnaround(self, session: Session, body: bytes) -> bytes:
+        if body:
+            session.writer.write(body)
+            await session.writer.drain()
+        try:
+            data = await asyncio.wait_for(session.reader.read(self.config.max_payload),
+                                          self.config.turnaround_s)
+        except TimeoutError:
+            return b""
+        if not data:
+            raise EOFError("upstream closed")
+        return data
+
+
+# -- PT server mode and the lab's standalone mode ---------------------------------------------
+
+def dial_tcp(host: str, port: int) -> Dial:
+    """A dial function for a fixed destination (the lab's bridges relay to the web node)."""
+    async def dial(_client_addr: str) -> Streams:
+        return await asyncio.open_connection(host, port)
+    return dial
+
+
+def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> Dial:
+    """A dial function that hands one end of a socket pair to ``handoff`` (managed
+    mode's relay to tor's Extended ORPort) and keeps the other for the session."""
+    async def dial(client_addr: str) -> Streams:
+        ours, theirs = socket.socketpair()
+        inner = await asyncio.open_connection(sock=theirs)
+        task = asyncio.create_task(handoff(inner, client_addr))
+        _handoffs.add(task)
+        task.add_done_callback(_handoffs.discard)
+        return await asyncio.open_connection(sock=ours)
+    return dial
+
+
+_handoffs: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class Listening:
+    """A running meek server, closable like an ``asyncio.Server``."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    def close(self) -> None:
+        asyncio.get_running_loop().create_task(self.runner.cleanup())
+
+    async def aclose(self) -> None:
+        await self.runner.cleanup()
+
+
+async def listen(server: MeekServer, host: str, port: int,
+                 ssl_context: ssl.SSLContext | None = None) -> Listening:
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    bound_host, bound_port = sock.getsockname()[:2]
+    return Listening(runner, bound_host, bound_port)
+
+
+def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise ValueError("meek server: cert and key go together")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
+    """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS`` or the CLI): ``cert``/``key``
+    (without them, plain HTTP behind a CDN, like ``--disable-tls``), ``turnaround-ms``,
+    ``staleness`` (seconds) and ``trusted-edge`` (comma-separated addresses)."""
+    known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"meek server: unknown option {unknown[0]!r} "
+                         f"(known: {', '.join(sorted(known))})")
+    try:
+        turnaround = float(options.get("turnaround-ms", TURNAROUND_S * 1000)) / 1000
+        staleness = float(options.get("staleness", STALENESS_S))
+    except ValueError:
+        raise ValueError("meek server: turnaround-ms and staleness must be numbers") from None
+    if not 0 <= turnaround <= 10 or not 0 < staleness:
+        raise ValueError("meek server: turnaround-ms must be 0-10000 and staleness > 0")
+    edges = []
+    for item in filter(None, (x.strip() for x in options.get("trusted-edge", "").split(","))):
+        try:
+            edges.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise ValueError(f"meek server: trusted-edge {item!r} is not an address") from None
+    cfg = MeekConfig(turnaround_s=turnaround, staleness_s=staleness, trusted_edges=tuple(edges))
+    return cfg, _tls(options.get("cert"), options.get("key"))
+
+
+class MeekServerFactory:
+    """PT server mode: the meek server listens itself and hands each session to tor."""
+
+    def __init__(self, config: MeekConfig, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.config, self.ssl_context = config, ssl_context
+
+    def smethod_args(self) -> dict[str, str]:
+        return {}
+
+    async def listen(self, host: str, port: int,
+                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+        return await listen(MeekServer(self.config, dial_through_handoff(handoff)), host, port,
+                            self.ssl_context)
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+async def _serve_forever(listen_addr: tuple[str, int], dest: tuple[str, int],
+                         cfg: MeekConfig, tls: ssl.SSLContext | None) -> int:
+    import json
+    import signal
+    import sys
+
+    server = MeekServer(cfg, dial_tcp(*dest))
+    try:
+        listening = await listen(server, *listen_addr, tls)
+    except OSError as exc:
+        print(f"meek server: cannot listen on {listen_addr}: {exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(json.dumps({"event": "ready", "listen": f"{listening.host}:{listening.port}",
+                      "tls": tls is not None}), flush=True)
+    await stop.wait()
+    print(json.dumps({"event": "stats", **vars(server.stats)}), flush=True)
+    await listening.aclose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m transports.meek.server --listen H:P --dest H:P``: a meek server
+    outside tor that connects every session to one destination (the lab's mode)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m transports.meek.server",
+                                description=main.__doc__.splitlines()[0])
+    p.add_argument("--listen", required=True, help="HOST:PORT for the HTTP(S) server")
+    p.add_argument("--dest", required=True, help="HOST:PORT each session connects to")
+    p.add_argument("--cert", help="TLS certificate (PEM); without it, plain HTTP (behind a CDN)")
+    p.add_argument("--key", help="TLS private key (PEM)")
+    p.add_argument("--turnaround-ms", default=str(TURNAROUND_S * 1000))
+    p.add_argument("--staleness", default=str(STALENESS_S), help="seconds")
+    p.add_argument("--trusted-edge", action="append", default=[],
+                   help="address of a front whose Meek-IP / X-Forwarded-For count")
+    args = p.parse_args(argv)
+    options = {"turnaround-ms": args.turnaround_ms, "staleness": args.staleness,
+               "trusted-edge": ",".join(args.trusted_edge)}
+    if args.cert or args.key:
+        options.update(cert=args.cert or "", key=args.key or "")
+    try:
+        cfg, tls = config_from_options(options)
+        listen_addr, dest = _hostport(args.listen), _hostport(args.dest)
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        p.error(str(exc))
+    return asyncio.run(_serve_forever(listen_addr, dest, cfg, tls))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
