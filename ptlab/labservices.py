@@ -29,10 +29,13 @@ WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
 # Benign sites behind the edge, and the names fronted transports will use.
 EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab")
-# Origins behind the edge on other nodes: name -> (node, port). Snowflake's
-# broker runs per cell; between cells the edge answers 502 for it.
+# Origins behind the edge on other nodes: name -> (node, port, mode). They run
+# per cell; between cells the edge answers 502 for them. meek's origin sits
+# behind a reflector route (only meek's headers pass, Meek-IP added).
 SNOWFLAKE_EDGE_NAME, SNOWFLAKE_BROKER_PORT = "snowflake.lab", 8080
-EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT)}
+MEEK_EDGE_NAME, MEEK_PORT = "meek.lab", 7080
+EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
+                MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector")}
 
 
 def _both(port: int) -> list[str]:
@@ -78,9 +81,9 @@ class LabServices:
         zone_file.write_text(json.dumps({"names": self.names()}, indent=2))
         web_origin = f"http://{self.lab.addr('web')}:{WEB_HTTP}"
         edge_cfg = self.dir / "edge.json"
-        routes = {s: web_origin for s in EDGE_SITES}
-        routes.update({name: f"http://{self.lab.addr(node)}:{port}"
-                       for name, (node, port) in EDGE_ORIGINS.items()})
+        routes: dict[str, object] = {s: web_origin for s in EDGE_SITES}
+        routes.update({name: {"origin": f"http://{self.lab.addr(node)}:{port}", "mode": mode}
+                       for name, (node, port, mode) in EDGE_ORIGINS.items()})
         edge_cfg.write_text(json.dumps({"routes": routes}))
         self.sshd = prepare_sshd(self.dir / "sshd", ["0.0.0.0", "::"], SSH_PORT)
         py = [sys.executable, "-m"]

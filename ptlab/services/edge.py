@@ -8,8 +8,15 @@ cannot tell which origin a request reaches without blocking the whole front.
 
 Config (JSON or TOML, ``--config F``)::
 
-    {"routes": {"front.lab": "http://198.18.7.2:80", "*.cdn.lab": "http://..."},
+    {"routes": {"front.lab": "http://198.18.7.2:80", "*.cdn.lab": "http://...",
+                "meek.lab": {"origin": "http://198.18.3.2:7002", "mode": "reflector"}},
      "default": null}
+
+A ``reflector`` route behaves like meek's App Engine reflector (meek_conjure.md
+§1.2): only ``Content-Type`` and ``X-Session-Id`` pass, both ways, and the
+client's address goes to the origin as ``Meek-IP``. Other routes pass headers
+like a CDN, adding ``X-Forwarded-For``. Upstream connections are kept alive
+and reused (one connection pool for all origins).
 
 ``*.x`` matches any subdomain of ``x`` (not ``x`` itself); the longest match
 wins, exact names first. Unknown hosts get a generic 404 that never names an
@@ -71,6 +78,7 @@ class EdgeConfig:
 
     routes: dict[str, str] = field(default_factory=dict)
     default: str | None = None
+    reflect: frozenset[str] = frozenset()  # route patterns in reflector mode
 
     def route(self, host: str | None) -> tuple[str | None, str | None]:
         """The (pattern, origin) serving ``host``, or (None, default)."""
@@ -127,6 +135,7 @@ def parse_config(data: Any) -> EdgeConfig:
     if not isinstance(routes_in, dict):
         raise ConfigError("routes: must be a table/object of host -> origin URL")
     routes: dict[str, str] = {}
+    reflect: set[str] = set()
     for pattern, origin in routes_in.items():
         where = f"routes[{pattern!r}]"
         try:
@@ -135,11 +144,21 @@ def parse_config(data: Any) -> EdgeConfig:
             raise ConfigError(f"{where}: bad host pattern {pattern!r}") from None
         if name in routes:
             raise ConfigError(f"{where}: duplicate host pattern")
+        if isinstance(origin, dict):
+            extra = sorted(set(origin) - {"origin", "mode"})
+            if extra:
+                raise ConfigError(f"{where}: unknown key {extra[0]!r} (allowed: origin, mode)")
+            mode = origin.get("mode", "cdn")
+            if mode not in ("cdn", "reflector"):
+                raise ConfigError(f"{where}.mode: must be cdn or reflector, got {mode!r}")
+            if mode == "reflector":
+                reflect.add(name)
+            origin = origin.get("origin")
         routes[name] = _check_origin(origin, where)
     default = data.get("default")
     if default is not None:
         default = _check_origin(default, "default")
-    return EdgeConfig(routes, default)
+    return EdgeConfig(routes, default, frozenset(reflect))
 
 
 def load_config(path: Path | str) -> EdgeConfig:
@@ -183,6 +202,20 @@ def upstream_headers(request: web.Request, proto: str) -> CIMultiDict[str]:
     out["X-Forwarded-Proto"] = proto
     if "Host" in request.headers:
         out["X-Forwarded-Host"] = request.headers["Host"]
+    return out
+
+
+REFLECTED = ("Content-Type", "X-Session-Id")
+
+
+def reflector_headers(headers: Any, client: str | None = None) -> CIMultiDict[str]:
+    """Only what meek's reflector passes on, plus ``Meek-IP`` toward the origin."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for key in REFLECTED:
+        if key in headers:
+            out[key] = headers[key]
+    if client is not None:
+        out["Meek-IP"] = client
     return out
 
 
@@ -256,7 +289,8 @@ class Edge:
                     status=404, text=NOT_FOUND_PAGE, content_type="text/html")
                 sent = len(NOT_FOUND_PAGE)
                 return resp
-            resp, status, sent = await self._proxy(request, origin, fields)
+            resp, status, sent = await self._proxy(request, origin, fields,
+                                                   reflector=pattern in self.config.reflect)
             return resp
         except asyncio.CancelledError:
             fields["aborted"] = "client"
@@ -266,11 +300,12 @@ class Edge:
                           duration=round(time.monotonic() - start, 6))
             self.events.emit("proxied", **fields)
 
-    async def _proxy(self, request: web.Request, origin: str,
-                     fields: dict[str, Any]) -> tuple[web.StreamResponse, int, int]:
+    async def _proxy(self, request: web.Request, origin: str, fields: dict[str, Any],
+                     reflector: bool = False) -> tuple[web.StreamResponse, int, int]:
         assert self.session is not None
         proto = "https" if request.secure else "http"
-        headers = upstream_headers(request, proto)
+        headers = (reflector_headers(request.headers, request.remote or "unknown")
+                   if reflector else upstream_headers(request, proto))
         body: AsyncIterator[bytes] | None = None
         if request.body_exists:
             body = request.content.iter_chunked(CHUNK)
@@ -289,7 +324,8 @@ class Edge:
         sent = 0
         async with upstream:
             resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=downstream_headers(upstream))
+                                      headers=reflector_headers(upstream.headers) if reflector
+                                      else downstream_headers(upstream))
             length = upstream.headers.get("Content-Length")
             if length is not None and length.isdigit() and "chunked" not in \
                     upstream.headers.get("Transfer-Encoding", "").lower():

@@ -13,8 +13,9 @@ Behaviour follows meek-client and obfs4proxy's meek_lite (meek_conjure.md §1.1,
 * the polling schedule: after a round trip that moved bytes, poll again at
   once; after an empty one, wait 100 ms, then ×1.5 per empty round trip up
   to 5 s; application data cuts the wait short;
-* a non-200 answer is retried, up to 10 tries 30 s apart (the same body); a
-  transport error ends the session.
+* a non-200 answer is retried, up to 10 tries 30 s apart (the same body),
+  unless the application has closed its end meanwhile (ours); a transport
+  error ends the session.
 
 TLS (``tls=``): ``python`` uses Python's ssl through aiohttp; any other value
 names a curl_cffi browser profile (``chrome``, ``firefox``, ``safari``, ...)
@@ -39,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from transports.base import Streams, Transport, TransportError
+from transports.httpbody import read_limited
 
 MAX_PAYLOAD = 0x10000
 INIT_POLL_S, MAX_POLL_S, POLL_MULTIPLIER = 0.100, 5.0, 1.5
@@ -106,7 +108,7 @@ class AiohttpRoundTripper:
         headers = {"Host": self.args.host, "X-Session-Id": session_id}
         async with self.http.post(self.args.url, data=body, headers=headers,
                                   allow_redirects=False) as r:
-            data = await r.content.read(MAX_PAYLOAD)
+            data = await read_limited(r.content, MAX_PAYLOAD)
             return r.status, data
 
     async def close(self) -> None:
@@ -201,6 +203,9 @@ class MeekSession:
                 return data
             if attempt + 1 < MAX_TRIES:
                 await self.sleep(self.retry_delay_s)
+                if self.local_eof and not self.pending:
+                    # Ours: the application has gone, so nobody waits for the answer.
+                    raise ConnectionError(f"meek: HTTP {status}, and the application closed")
         raise ConnectionError(f"meek: the server answered HTTP {status} {MAX_TRIES} times")
 
     async def run(self) -> None:

@@ -34,6 +34,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from transports.httpbody import read_limited
+
 from . import messages as m
 from .sdputil import strip_local_candidates
 
@@ -69,7 +71,7 @@ async def probe_nat(http: aiohttp.ClientSession, url: str, stun: list[str],
         try:
             async with http.post(url, data=body,
                                  timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                data = await r.content.read(READ_LIMIT)
+                data = await read_limited(r.content, READ_LIMIT)
                 if r.status != 200:
                     raise m.MessageError(f"probe answered HTTP {r.status}")
             answer = m.decode_sdp(m.AnswerRequest.decode(data).answer, "answer")

@@ -28,6 +28,8 @@ from typing import Any
 
 import aiohttp
 
+from transports.httpbody import read_limited
+
 from . import messages as m
 from .datachannel import ChannelSender
 from .natprobe import TOR_PROBE_URL, probe_nat
@@ -168,7 +170,7 @@ class SnowflakeProxy:
                            self.config.allowed_relay_pattern).encode()
         self.stats.polls += 1
         async with self._http.post(self.config.broker.rstrip("/") + "/proxy", data=body) as r:
-            data = await r.content.read(100_000)
+            data = await read_limited(r.content, 100_000)
             if r.status != 200:
                 raise m.MessageError(f"broker answered HTTP {r.status}")
         return m.ProxyPollResponse.decode(data)
@@ -234,7 +236,7 @@ class SnowflakeProxy:
         assert self._http is not None
         url = self.config.broker.rstrip("/") + "/answer"
         async with self._http.post(url, data=m.AnswerRequest(sid, answer).encode()) as r:
-            data = await r.content.read(100_000)
+            data = await read_limited(r.content, 100_000)
         try:
             status: str | None = m.decode_answer_response(data)
         except m.MessageError:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -98,7 +99,8 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
     trunc_url = f"http://127.0.0.1:{trunc.sockets[0].getsockname()[1]}"
     config = {"routes": {"hidden.lab": alpha.url, "front.lab": beta.url,
                          "*.cdn.lab": beta.url, "down.lab": f"http://127.0.0.1:{_free_port()}",
-                         "trunc.lab": trunc_url},
+                         "trunc.lab": trunc_url,
+                         "meek.lab": {"origin": alpha.url, "mode": "reflector"}},
               "default": None}
     (tmp_path / "edge.json").write_text(json.dumps(config))
     args = edge.build_parser().parse_args([
@@ -237,6 +239,36 @@ async def test_origin_dying_mid_body_is_not_a_clean_end(lab: Lab) -> None:
     await asyncio.sleep(0.05)
     last = lab.events("proxied")[-1]
     assert last["aborted"] == "origin" and last["bytes"] == 5
+
+
+async def test_a_reflector_route_passes_only_meeks_headers(lab: Lab) -> None:
+    """meek's reflector rules: Content-Type and X-Session-Id pass, Meek-IP is added,
+    and nothing else (no X-Forwarded-For, no User-Agent) reaches the origin."""
+    status, body = await _get(lab, "meek.lab", "/echo-headers", headers={
+        "X-Session-Id": "0123456789abcdef", "Content-Type": "application/octet-stream",
+        "User-Agent": "leaky/1.0", "X-Forwarded-For": "203.0.113.9", "Cookie": "a=b"})
+    assert status == 200
+    headers = json.loads(body)["headers"]
+    assert headers["x-session-id"] == "0123456789abcdef"
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["meek-ip"] == "127.0.0.1"
+    for gone in ("user-agent", "x-forwarded-for", "cookie", "forwarded", "x-real-ip"):
+        assert gone not in headers
+    async with aiohttp.ClientSession() as s, s.get(
+            f"https://{lab.tls}/ping", ssl=lab.ctx, server_hostname="front.lab",
+            headers={"Host": "meek.lab"}) as r:
+        assert set(r.headers) <= {"Content-Type", "Content-Length", "Date", "Server"}
+
+
+@pytest.mark.parametrize("route, needle", [
+    ({"origin": "http://h", "mode": "mirror"}, "mode: must be cdn or reflector"),
+    ({"origin": "http://h", "extra": 1}, "unknown key 'extra'"),
+    ({"mode": "reflector"}, "routes['m.lab']"),
+])
+def test_bad_reflector_routes(tmp_path: Path, route: dict, needle: str) -> None:
+    path = _write(tmp_path, "edge.json", json.dumps({"routes": {"m.lab": route}}))
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        edge.load_config(path)
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

@@ -1,0 +1,94 @@
+"""The meek rows: a client behind the censor, the lab's TLS edge as the CDN, our server.
+
+Where each piece runs:
+
+* our meek server (``python -m transports.meek.server``) on the bridge node,
+  plain HTTP behind the edge, trusting only the edge's ``Meek-IP``, relaying
+  each session to the lab's upstream;
+* the edge in the cdn namespace serves ``meek.lab`` through a reflector route
+  (only meek's headers pass), beside the benign sites on the same front;
+* the client in PT managed mode in the client namespace: ours (``meek``) or
+  Debian obfs4proxy's ``meek_lite``. It connects to ``front`` (TLS SNI
+  ``front.lab``) and names ``meek.lab`` only in the encrypted Host header.
+
+Options (``[transports.<name>]``): ``client`` (``ptlab`` or ``obfs4proxy``),
+``front`` (default ``front.lab``; ``""`` for no fronting, so SNI is
+``meek.lab``), and ``tls`` for our client (``python``, or a curl_cffi browser
+profile such as ``chrome``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any
+
+from ..labservices import MEEK_EDGE_NAME, MEEK_PORT
+from .base import CellContext, Endpoint, LabPlugin, Service
+
+DEFAULT_FRONT = "front.lab"
+IMPLEMENTATIONS = {"ptlab": ("meek", [sys.executable, "-m", "transports.pt"]),
+                   "obfs4proxy": ("meek_lite", ["obfs4proxy"])}
+
+
+class MeekPlugin(LabPlugin):
+    def __init__(self, name: str, client: str, description: str) -> None:
+        self.name, self.default_client, self.description = name, client, description
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        known = {"client", "front", "tls"}
+        unknown = set(options) - known
+        if unknown:
+            raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        impl = options.get("client", self.default_client)
+        if impl not in IMPLEMENTATIONS:
+            raise ValueError(f"client: unknown implementation {impl!r} "
+                             f"(known: {', '.join(IMPLEMENTATIONS)})")
+        binary = IMPLEMENTATIONS[impl][1][0]
+        if impl != "ptlab" and shutil.which(binary) is None:
+            raise ValueError(f"client: needs {binary}, which is not installed (scripts/setup)")
+        if "tls" in options and impl != "ptlab":
+            raise ValueError("tls: only our client chooses its TLS (meek_lite uses Go's)")
+        for key in ("front", "tls"):
+            if key in options and not isinstance(options[key], str):
+                raise ValueError(f"{key} must be a string")
+
+    def _impl(self, ctx: CellContext) -> str:
+        return ctx.options.get("client", self.default_client)
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        host, port = ctx.upstream
+        return [Service("meek-server", "bridge", ctx.py(
+            "transports.meek.server", "--listen", f"{ctx.lab.addr('bridge')}:{MEEK_PORT}",
+            "--dest", f"{host}:{port}", "--trusted-edge", ctx.lab.addr("cdn")))]
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        transport, cmd = IMPLEMENTATIONS[self._impl(ctx)]
+        argv = ctx.py("ptlab.ptparent", "client", "--transport", transport,
+                      "--state", str(ctx.workdir / f"{self.name}-client-state"),
+                      "--info", str(ctx.workdir / f"{self.name}-client.json"), "--", *cmd)
+        env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
+        return [Service(f"{self.name}-client", "client", argv, env=env)]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        client = json.loads((ctx.workdir / f"{self.name}-client.json").read_text())
+        host, _, port = client["methods"][0]["addr"].rpartition(":")
+        args = {"url": f"https://{MEEK_EDGE_NAME}/"}
+        front = ctx.options.get("front", DEFAULT_FRONT)
+        if front:
+            args["front"] = front
+        if self._impl(ctx) == "ptlab" and "tls" in ctx.options:
+            args["tls"] = ctx.options["tls"]
+        # The bridge address in a meek bridge line is a placeholder (0.0.2.0:1).
+        return Endpoint(host, int(port), "0.0.2.0", 1, args)
+
+    def peer_binaries(self) -> list[str]:
+        return ["obfs4proxy"] if self.default_client == "obfs4proxy" else []
+
+
+MEEK = MeekPlugin("meek", "ptlab", "ptlab's meek client through the lab's edge (fronted) to "
+                  "our meek server")
+MEEK_LITE = MeekPlugin("meek-lite", "obfs4proxy", "Debian obfs4proxy's meek_lite client "
+                       "through the lab's edge (fronted) to our meek server")
