@@ -14,7 +14,7 @@ Where each piece runs:
 Options (``[transports.<name>]``): ``client`` (``ptlab`` or ``obfs4proxy``),
 ``front`` (default ``front.lab``; ``""`` for no fronting, so SNI is
 ``meek.lab``), and ``tls`` for our client (``python``, or a curl_cffi browser
-profile such as ``chrome``).
+profile such as ``chrome``; the ``meek-chrome`` row defaults to ``chrome``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ IMPLEMENTATIONS = {"ptlab": ("meek", [sys.executable, "-m", "transports.pt"]),
 
 
 class MeekPlugin(LabPlugin):
-    def __init__(self, name: str, client: str, description: str) -> None:
+    def __init__(self, name: str, client: str, description: str, tls: str | None = None) -> None:
         self.name, self.default_client, self.description = name, client, description
+        self.default_tls = tls
 
     def check_options(self, options: dict[str, Any]) -> None:
         known = {"client", "front", "tls"}
@@ -79,8 +80,9 @@ class MeekPlugin(LabPlugin):
         front = ctx.options.get("front", DEFAULT_FRONT)
         if front:
             args["front"] = front
-        if self._impl(ctx) == "ptlab" and "tls" in ctx.options:
-            args["tls"] = ctx.options["tls"]
+        tls = ctx.options.get("tls", self.default_tls)
+        if self._impl(ctx) == "ptlab" and tls:
+            args["tls"] = tls
         # The bridge address in a meek bridge line is a placeholder (0.0.2.0:1).
         return Endpoint(host, int(port), "0.0.2.0", 1, args)
 
@@ -88,7 +90,10 @@ class MeekPlugin(LabPlugin):
         return ["obfs4proxy"] if self.default_client == "obfs4proxy" else []
 
 
-MEEK = MeekPlugin("meek", "ptlab", "ptlab's meek client through the lab's edge (fronted) to "
-                  "our meek server")
+MEEK = MeekPlugin("meek", "ptlab", "ptlab's meek client (TLS: Python's ssl) through the lab's "
+                  "edge (fronted) to our meek server")
+MEEK_CHROME = MeekPlugin("meek-chrome", "ptlab", "ptlab's meek client with Chrome's ClientHello "
+                         "(curl_cffi) through the lab's edge (fronted) to our meek server",
+                         tls="chrome")
 MEEK_LITE = MeekPlugin("meek-lite", "obfs4proxy", "Debian obfs4proxy's meek_lite client "
                        "through the lab's edge (fronted) to our meek server")

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import aiohttp.abc
 
 from transports.base import Streams, Transport, TransportError
 from transports.httpbody import read_limited
@@ -93,12 +94,34 @@ class RoundTripper(Protocol):
     async def close(self) -> None: ...
 
 
+class _StaticResolver(aiohttp.abc.AbstractResolver):
+    """Names pinned to addresses (fingerprint capture on loopback), else the system's."""
+
+    def __init__(self, pinned: Mapping[str, str]) -> None:
+        self.pinned = dict(pinned)
+        self.fallback = aiohttp.ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> Any:
+        if host in self.pinned:
+            addr = self.pinned[host]
+            fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+            return [{"hostname": host, "host": addr, "port": port, "family": fam,
+                     "proto": 0, "flags": socket.AI_NUMERICHOST}]
+        return await self.fallback.resolve(host, port, family)
+
+    async def close(self) -> None:
+        await self.fallback.close()
+
+
 class AiohttpRoundTripper:
     """POSTs with Python's ssl (the default context: system CAs, or SSL_CERT_FILE)."""
 
-    def __init__(self, args: MeekArgs, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, args: MeekArgs, ssl_context: ssl.SSLContext | None = None,
+                 resolve: Mapping[str, str] | None = None) -> None:
         self.args = args
-        connector = aiohttp.TCPConnector(limit=1, ssl=ssl_context if ssl_context else True)
+        connector = aiohttp.TCPConnector(
+            limit=1, ssl=ssl_context if ssl_context else True,
+            resolver=_StaticResolver(resolve) if resolve else None)
         self.http = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
@@ -118,16 +141,23 @@ class AiohttpRoundTripper:
 class CurlRoundTripper:
     """POSTs through curl_cffi with a browser's ClientHello (``impersonate``)."""
 
-    def __init__(self, args: MeekArgs, cafile: str | None = None) -> None:
+    def __init__(self, args: MeekArgs, cafile: str | None = None,
+                 resolve: Mapping[str, str] | None = None) -> None:
         try:
+            from curl_cffi import CurlOpt
             from curl_cffi.requests import AsyncSession
         except ImportError as exc:  # pragma: no cover - a dependency of ptlab
             raise TransportError(f"meek: tls={args.tls} needs curl_cffi ({exc})") from None
         self.args = args
         verify: Any = cafile or os.environ.get("SSL_CERT_FILE") or True
+        options: dict[Any, Any] = {}
+        if resolve:
+            port = urlsplit(args.url).port or 443
+            options[CurlOpt.RESOLVE] = [f"{h}:{port}:{a}" for h, a in resolve.items()]
         try:
             self.http = AsyncSession(impersonate=args.tls, verify=verify, timeout=60,
-                                     max_clients=1, allow_redirects=False)
+                                     max_clients=1, allow_redirects=False,
+                                     curl_options=options or None)
         except Exception as exc:  # noqa: BLE001 - curl_cffi names a bad profile its own way
             raise TransportError(f"meek: unknown tls profile {args.tls!r}: {exc}") from None
 
@@ -144,10 +174,10 @@ class CurlRoundTripper:
             await self.http.close()
 
 
-def round_tripper(args: MeekArgs) -> RoundTripper:
+def round_tripper(args: MeekArgs, resolve: Mapping[str, str] | None = None) -> RoundTripper:
     if args.tls == TLS_PYTHON:
-        return AiohttpRoundTripper(args)
-    return CurlRoundTripper(args)
+        return AiohttpRoundTripper(args, resolve=resolve)
+    return CurlRoundTripper(args, resolve=resolve)
 
 
 class MeekSession:
