@@ -11,6 +11,7 @@ Tor does.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,23 @@ class CellContext:
 
     def py(self, *module_args: str) -> list[str]:
         return [self.python, "-m", *module_args]
+
+
+def pt_client_service(ctx: CellContext, name: str, transport: str, cmd: list[str]) -> Service:
+    """A client PT (ours or a real binary) in managed mode under ``ptlab.ptparent`` in
+    the client namespace; it trusts the lab CA (the edge's certificate)."""
+    argv = ctx.py("ptlab.ptparent", "client", "--transport", transport,
+                  "--state", str(ctx.workdir / f"{name}-client-state"),
+                  "--info", str(ctx.workdir / f"{name}-client.json"), "--", *cmd)
+    env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
+    return Service(f"{name}-client", "client", argv, env=env)
+
+
+def pt_client_socks(ctx: CellContext, name: str) -> tuple[str, int]:
+    """Where the client PT of :func:`pt_client_service` listens (its CMETHOD)."""
+    info = json.loads((ctx.workdir / f"{name}-client.json").read_text())
+    host, _, port = info["methods"][0]["addr"].rpartition(":")
+    return host, int(port)
 
 
 class LabPlugin:

@@ -19,13 +19,12 @@ profile such as ``chrome``; the ``meek-chrome`` row defaults to ``chrome``).
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from typing import Any
 
 from ..labservices import MEEK_EDGE_NAME, MEEK_PORT
-from .base import CellContext, Endpoint, LabPlugin, Service
+from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 DEFAULT_FRONT = "front.lab"
 IMPLEMENTATIONS = {"ptlab": ("meek", [sys.executable, "-m", "transports.pt"]),
@@ -67,15 +66,10 @@ class MeekPlugin(LabPlugin):
 
     def clients(self, ctx: CellContext) -> list[Service]:
         transport, cmd = IMPLEMENTATIONS[self._impl(ctx)]
-        argv = ctx.py("ptlab.ptparent", "client", "--transport", transport,
-                      "--state", str(ctx.workdir / f"{self.name}-client-state"),
-                      "--info", str(ctx.workdir / f"{self.name}-client.json"), "--", *cmd)
-        env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
-        return [Service(f"{self.name}-client", "client", argv, env=env)]
+        return [pt_client_service(ctx, self.name, transport, cmd)]
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
-        client = json.loads((ctx.workdir / f"{self.name}-client.json").read_text())
-        host, _, port = client["methods"][0]["addr"].rpartition(":")
+        host, port = pt_client_socks(ctx, self.name)
         args = {"url": f"https://{MEEK_EDGE_NAME}/"}
         front = ctx.options.get("front", DEFAULT_FRONT)
         if front:
@@ -84,7 +78,7 @@ class MeekPlugin(LabPlugin):
         if self._impl(ctx) == "ptlab" and tls:
             args["tls"] = tls
         # The bridge address in a meek bridge line is a placeholder (0.0.2.0:1).
-        return Endpoint(host, int(port), "0.0.2.0", 1, args)
+        return Endpoint(host, port, "0.0.2.0", 1, args)
 
     def peer_binaries(self) -> list[str]:
         return ["obfs4proxy"] if self.default_client == "obfs4proxy" else []

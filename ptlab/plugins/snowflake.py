@@ -37,7 +37,7 @@ from netns.topology import Topology
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
 from ..labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
-from .base import CellContext, Endpoint, LabPlugin, Service
+from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 BRIDGE_PORT = 8443
 NAT_PROBE_PORT = 8081  # the NAT probe service, beside the broker
@@ -160,16 +160,10 @@ class SnowflakePlugin(LabPlugin):
                    "-log", str(ctx.workdir / "snowflake-client-own.log")]
             if ctx.options.get("rendezvous") == "fronted":
                 cmd += ["-front", FRONT_NAME]
-        argv = ctx.py("ptlab.ptparent", "client", "--transport", "snowflake",
-                      "--state", str(ctx.workdir / f"{self.name}-client-state"),
-                      "--info", str(ctx.workdir / f"{self.name}-client.json"), "--", *cmd)
-        # Both clients check the edge's certificate against the lab CA.
-        env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
-        return [Service(f"{self.name}-client", "client", argv, env=env)]
+        return [pt_client_service(ctx, self.name, "snowflake", cmd)]
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
-        client = json.loads((ctx.workdir / f"{self.name}-client.json").read_text())
-        host, _, port = client["methods"][0]["addr"].rpartition(":")
+        host, port = pt_client_socks(ctx, self.name)
         args: dict[str, str] = {}
         if self._impl(ctx, "client") == "ptlab":  # a bridge line's arguments, as tor passes them
             args = {"url": self._broker_url(ctx), "ice": self._stun(ctx, "ptlab"),
@@ -177,7 +171,7 @@ class SnowflakePlugin(LabPlugin):
             if ctx.options.get("rendezvous") == "fronted":
                 args["front"] = FRONT_NAME
         upstream_host, upstream_port = ctx.upstream
-        return Endpoint(host, int(port), upstream_host, upstream_port, args)
+        return Endpoint(host, port, upstream_host, upstream_port, args)
 
     def peer_binaries(self) -> list[str]:
         return [DEBIAN_BINARIES[side] for side in ("client", "proxy")

@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from transports import weblisten
+from transports.weblisten import Listening
+
 log = logging.getLogger(__name__)
 
 MAX_PAYLOAD = 0x10000  # 64 KiB, both directions
@@ -281,30 +284,9 @@ def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> 
 _handoffs: set[asyncio.Task[None]] = set()
 
 
-@dataclass
-class Listening:
-    """A running meek server, closable like an ``asyncio.Server``."""
-
-    runner: web.AppRunner
-    host: str
-    port: int
-
-    def close(self) -> None:
-        asyncio.get_running_loop().create_task(self.runner.cleanup())
-
-    async def aclose(self) -> None:
-        await self.runner.cleanup()
-
-
 async def listen(server: MeekServer, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    bound_host, bound_port = sock.getsockname()[:2]
-    return Listening(runner, bound_host, bound_port)
+    return await weblisten.listen(server.app, host, port, ssl_context)
 
 
 def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:

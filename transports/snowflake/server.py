@@ -30,8 +30,10 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
+from transports import weblisten
 from transports.pt import extorport
 from transports.relay import relay
+from transports.weblisten import Listening
 
 from .turbotunnel import TOKEN, encapsulation, smux
 from .turbotunnel.clientmap import (
@@ -242,32 +244,9 @@ class SnowflakeBridge:
         await relay(inner, upstream)
 
 
-@dataclass
-class Listening:
-    """A running bridge, closable like an ``asyncio.Server``."""
-
-    runner: web.AppRunner
-    host: str
-    port: int
-
-    def close(self) -> None:
-        asyncio.get_running_loop().create_task(self.runner.cleanup())
-
-    async def aclose(self) -> None:
-        await self.runner.cleanup()
-
-
 async def listen(bridge: SnowflakeBridge, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
-    runner = web.AppRunner(bridge.app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
-    server = site._server
-    assert server is not None
-    sock = server.sockets[0]  # type: ignore[union-attr]
-    bound_host, bound_port = sock.getsockname()[:2]
-    return Listening(runner, bound_host, bound_port)
+    return await weblisten.listen(bridge.app, host, port, ssl_context)
 
 
 class SnowflakeServerFactory:
