@@ -28,7 +28,8 @@ from .services.sshd import SshdFiles, prepare_sshd
 WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
 # Benign sites behind the edge, and the names fronted transports will use.
-EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab")
+# Two front domains (front.lab, assets.lab) and two benign sites share the edge.
+EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab", "assets.lab")
 # Origins behind the edge on other nodes: name -> (node, port, mode). They run
 # per cell; between cells the edge answers 502 for them. meek's origin sits
 # behind a reflector route (only meek's headers pass, Meek-IP added).

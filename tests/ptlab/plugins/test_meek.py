@@ -86,6 +86,10 @@ def test_blocking_the_front_blocks_meek_and_costs_the_benign_sites_behind_it(lab
     https = row.benign_detail.get("https", {})
     assert https.get("blocked", 0) >= 1, row.benign_detail  # collateral on the same edge
     assert row.collateral and row.collateral > 0
+    # Another front on the same edge is not on the list: meek moves there.
+    other = run(lab, "meek", "front-domain-block", {"actions": {"residual": {"seconds": [1]}}},
+                front="assets.lab")
+    assert other.status == "reachable", other.error
 
 
 def lab_run_with_benign(lab):
