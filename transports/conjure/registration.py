@@ -214,6 +214,16 @@ class Registry:
         return [r for r in self._by_key.get(self._key(c, p, port), [])
                 if r.expires_at(self.unused_timeout_s, self.active_timeout_s) > now]
 
+    def forget(self, reg: Registration) -> None:
+        """Drop a registration at once (its secret stays spent)."""
+        for phantom in reg.phantoms:
+            key = self._key(reg.client, phantom.address, reg.port)
+            regs = [r for r in self._by_key.get(key, []) if r is not reg]
+            if regs:
+                self._by_key[key] = regs
+            else:
+                self._by_key.pop(key, None)
+
     def mark_used(self, reg: Registration) -> None:
         if reg.first_use is None:
             reg.first_use = self.clock()

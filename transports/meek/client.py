@@ -35,12 +35,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.abc
 
 from transports.base import Streams, Transport, TransportError
+from transports.fronting import FrontingError, fronted
 from transports.httpbody import read_limited
 
 MAX_PAYLOAD = 0x10000
@@ -76,17 +77,12 @@ class MeekArgs:
         url = args.get("url")
         if not url:
             raise TransportError("meek: missing argument 'url'")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportError(f"meek: url {url!r} must be http:// or https:// with a host")
-        host = parts.netloc.rpartition("@")[2]
-        front = args.get("front", "").strip()
-        if front:
-            if "/" in front or "@" in front:
-                raise TransportError(f"meek: bad front {front!r}")
-            parts = parts._replace(netloc=front)  # host and port, as meek-client does
+        try:
+            request_url, host = fronted(url, args.get("front", ""))
+        except FrontingError as exc:
+            raise TransportError(f"meek: {exc}") from None
         tls = args.get("tls", TLS_PYTHON).strip().lower() or TLS_PYTHON
-        return cls(urlunsplit(parts._replace(path=parts.path or "/")), host, tls)
+        return cls(request_url, host, tls)
 
 
 class RoundTripper(Protocol):
