@@ -35,8 +35,10 @@ EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab", "assets.lab")
 # behind a reflector route (only meek's headers pass, Meek-IP added).
 SNOWFLAKE_EDGE_NAME, SNOWFLAKE_BROKER_PORT = "snowflake.lab", 8080
 MEEK_EDGE_NAME, MEEK_PORT = "meek.lab", 7080
+CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT = "conjure.lab", 8090
 EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
-                MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector")}
+                MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector"),
+                CONJURE_EDGE_NAME: ("isp", CONJURE_REGISTRAR_PORT, "cdn")}
 
 
 def _both(port: int) -> list[str]:

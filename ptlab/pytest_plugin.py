@@ -65,7 +65,10 @@ class LabFixture:
                          # Two proxy nodes, so Snowflake rows can run in the shared lab.
                          topology=TopologyOptions(proxies=2))
         self.out_dir = out_dir
-        self.runner = LabRunner(self.spec, out_dir, capture=True, log=lambda *a: None)
+        # Every registered plugin's topology extension (phantom space, proxy nodes...),
+        # so tests can add any row to the shared lab.
+        self.runner = LabRunner(self.spec, out_dir, capture=True, log=lambda *a: None,
+                                extend_for_all=True)
 
     def start(self) -> LabFixture:
         self.runner.start()

@@ -58,8 +58,9 @@ class LabRunner:
     """Runs cells in one lab. Use as a context manager, or start()/stop()."""
 
     def __init__(self, spec: Spec, out_dir: Path, lab_id: str | None = None,
-                 capture: bool = True, log=print) -> None:
+                 capture: bool = True, log=print, extend_for_all: bool = False) -> None:
         self.spec = spec
+        self.extend_for_all = extend_for_all
         self.out = Path(out_dir)
         self.lab_id = lab_id
         self.capture = capture
@@ -87,7 +88,10 @@ class LabRunner:
                 raise SpecError(f"transports.{name}: {exc}") from None
         self.out.mkdir(parents=True, exist_ok=True)
         topo = default_topology(proxies=self.spec.topology.proxies)
-        for name, opts in self.spec.transports.items():
+        # A lab shared by many cells (the pytest fixture) extends for every plugin.
+        extend = {n: {} for n in plugins.available()} if self.extend_for_all else {}
+        extend.update(self.spec.transports)
+        for name, opts in extend.items():
             plugins.get(name).extend_topology(topo, opts)
         self.lab = Lab(topo, self.lab_id).up()
         try:

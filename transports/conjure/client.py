@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,11 @@ async def register(args: ConjureArgs, secret: bytes) -> None:
     body = build_registration(secret, args.transport, args.covert, args.generation,
                               v4=not args.v6, v6=args.v6, randomize_port=args.randomize_port)
     timeout = aiohttp.ClientTimeout(total=30)
+    # The station keys IPv4 phantoms by the address the registration came from: register
+    # from the family the phantom will be reached in.
+    connector = aiohttp.TCPConnector(family=socket.AF_INET6 if args.v6 else socket.AF_INET)
     async with aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar(),
+                                     connector=connector,
                                      skip_auto_headers=("User-Agent",)) as http:
         try:
             async with http.post(args.url, data=body, headers={

@@ -166,16 +166,19 @@ class Registry:
         randomize, prefix_id = self._params(c2s, transport)
         keys = derive_keys(secret, version)
         families = []  # False: IPv4, True: IPv6; a client that says neither means IPv4
-        if c2s.v4_support or not c2s.v6_support:
+        # IPv4 phantoms are keyed by the client's address, so only a registration that
+        # came from the client's IPv4 address can have one.
+        if (c2s.v4_support or not c2s.v6_support) and client.version == 4:
             families.append(False)
         if c2s.v6_support and self.serve_v6:
             families.append(True)
+        if not families:
+            raise RegistrationError("no phantom family fits: an IPv4 phantom needs the "
+                                    "registration to come from the client's IPv4 address")
         try:
             phantoms = [select_phantom(keys.seed, self.phantoms, v6, version) for v6 in families]
         except PhantomError as exc:
             raise RegistrationError(str(exc)) from None
-        if not phantoms:
-            raise RegistrationError("no address family in common with the station")
         # One port for the registration: the group's policy is the same in both families.
         port = select_port(keys.seed, transport, phantoms[0], randomize)
         reg = Registration(secret, keys, client, transport, covert, phantoms, port, randomize,

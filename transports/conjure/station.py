@@ -123,8 +123,13 @@ class Station:
                 self.registry.forget(reg)
                 return web.json_response({"error": "phantom is a live host"}, status=400)
         if self.net is not None:
-            for phantom in reg.phantoms:
-                self.net.allow(str(reg.client), str(phantom.address), reg.port)
+            try:
+                for phantom in reg.phantoms:
+                    self.net.allow(str(reg.client), str(phantom.address), reg.port)
+            except StationNetError as exc:
+                log.warning("cannot admit a registration: %s", exc)
+                self.registry.forget(reg)
+                return web.json_response({"error": "station error"}, status=500)
         self.stats.registrations += 1
         self.events("registration", client=str(reg.client), transport=reg.transport,
                     phantoms=[str(p.address) for p in reg.phantoms], port=reg.port)

@@ -73,6 +73,15 @@ def test_randomized_ports_and_prefix_parameters_travel():
     assert 1024 <= reg.port < 65535 and reg.prefix_id == 9 and reg.randomize_port
 
 
+def test_an_ipv4_phantom_needs_an_ipv4_registration():
+    r = registry()
+    with pytest.raises(RegistrationError, match="IPv4 phantom needs"):
+        r.register(build_registration(new_secret(), "min", "198.18.7.2:80", GEN), "2001:db8::1")
+    reg = r.register(build_registration(new_secret(), "min", "198.18.7.2:80", GEN, v4=False,
+                                        v6=True), "2001:db8::1")
+    assert [p.address.version for p in reg.phantoms] == [6]
+
+
 def test_replays_are_refused_from_any_address():
     r = registry()
     data = build_registration(new_secret(), "obfs4", "198.18.7.2:80", GEN)

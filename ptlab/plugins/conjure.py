@@ -1,0 +1,80 @@
+"""The Conjure row: a client behind the censor, a station in the ISP that answers
+for unused addresses of its range.
+
+* The ISP node owns the range ``198.19.200.0/24`` (a topology extension, routed
+  to it by the core); its upper half ``198.19.200.128/25`` is phantom space.
+* The station (``python -m transports.conjure.station``) runs on the ISP node:
+  its registrar sits behind the lab's TLS edge as ``conjure.lab`` (the client
+  registers domain-fronted, SNI ``front.lab``); its datapath DNATs registered
+  flows and silences the rest of the phantom space; covert connections go to
+  the lab's upstream (the web node).
+* The client is our ``conjure`` PT in managed mode in the client namespace.
+
+Options: ``transport`` (``min``), ``reg_delay`` (seconds between registering
+and connecting; Conjure's 0.75 by default), ``front`` (``""``: register with
+SNI ``conjure.lab``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from netns.topology import Topology
+
+from ..labservices import CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT
+from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
+
+ISP_RANGE = "198.19.200.0/24"
+PHANTOM_SUBNET = "198.19.200.128/25"
+STATION_PORT = 41245
+DEFAULT_FRONT = "front.lab"
+
+
+class ConjurePlugin(LabPlugin):
+    name = "conjure"
+    description = ("ptlab's Conjure: API registration fronted through the edge, min transport "
+                   "to a phantom in the ISP's unused space, our station in the ISP")
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        known = {"transport", "reg_delay", "front"}
+        unknown = set(options) - known
+        if unknown:
+            raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        if options.get("transport", "min") != "min":
+            raise ValueError("transport must be min")
+        delay = options.get("reg_delay", 0.75)
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= 10:
+            raise ValueError("reg_delay must be a number of seconds from 0 to 10")
+
+    def extend_topology(self, topology: Topology, options: dict[str, Any]) -> None:
+        if ISP_RANGE not in topology.nodes["isp"].extra_prefixes:
+            topology.add_prefix("isp", ISP_RANGE)
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        isp = ctx.lab.addr("isp")
+        return [Service("conjure-station", "isp", ctx.py(
+            "transports.conjure.station", "--phantoms", PHANTOM_SUBNET,
+            "--listen", f"{isp}:{STATION_PORT}", "--registrar", f"{isp}:{CONJURE_REGISTRAR_PORT}",
+            "--trusted-edge", ctx.lab.addr("cdn")))]
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        return [pt_client_service(ctx, self.name, "conjure",
+                                  [sys.executable, "-m", "transports.pt"])]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        host, port = pt_client_socks(ctx, self.name)
+        up_host, up_port = ctx.upstream
+        args = {"url": f"https://{CONJURE_EDGE_NAME}/api/register",
+                "transport": ctx.options.get("transport", "min"),
+                "phantoms": PHANTOM_SUBNET, "generation": "1",
+                "covert": f"{up_host}:{up_port}",
+                "reg-delay": str(ctx.options.get("reg_delay", 0.75))}
+        front = ctx.options.get("front", DEFAULT_FRONT)
+        if front:
+            args["front"] = front
+        return Endpoint(host, port, up_host, up_port, args)
+
+
+PLUGIN = ConjurePlugin()
