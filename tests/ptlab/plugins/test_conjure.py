@@ -3,9 +3,17 @@ ISP's unused space, reach the covert destination through our station."""
 
 from __future__ import annotations
 
+import ipaddress
+import sys
+
 import pytest
 
+from netns.nsenter import ns_socket
+from netns.process import LabProcess
 from ptlab import plugins
+from ptlab.plugins.conjure import PHANTOM_SUBNET, STATION_PORT
+from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
+from transports.conjure.registration import build_registration, new_secret
 
 
 def run(lab, censor: str = "none", overrides=None, bootstrap_s: float = 20.0,
@@ -35,3 +43,68 @@ def test_bad_options_are_named():
         p.check_options({"transport": "dtls"})
     with pytest.raises(ValueError, match="reg_delay"):
         p.check_options({"reg_delay": -1})
+
+
+def _probe(ns: str, dest: tuple[str, int], source: str | None = None,
+           timeout: float = 1.5) -> str:
+    """'silence' (no SYN-ACK, RST or ICMP before the timeout), 'refused' or 'open'."""
+    sock = ns_socket(ns)
+    sock.settimeout(timeout)
+    try:
+        if source:
+            sock.bind((source, 0))
+        sock.connect(dest)
+        return "open"
+    except TimeoutError:
+        return "silence"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as exc:  # an ICMP error, e.g. host unreachable
+        return f"error {exc.errno}"
+    finally:
+        sock.close()
+
+
+def _register_from(ns: str, registrar: tuple[str, int], body: bytes) -> int:
+    sock = ns_socket(ns)
+    sock.settimeout(5)
+    try:
+        sock.connect(registrar)
+        sock.sendall(b"POST /api/register HTTP/1.1\r\nHost: conjure.lab\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        head = sock.recv(4096)
+    finally:
+        sock.close()
+    return int(head.split(b" ", 2)[1])
+
+
+@pytest.mark.lab
+def test_phantoms_are_silent_to_everyone_but_the_registered_client(lab, tmp_path):
+    """From the prober pool, a registered phantom, an unregistered one and the client's
+    own phantom all look like unused space: no SYN-ACK, no RST, no ICMP. A used address
+    of the same range without a listener answers RST, so the probe can tell."""
+    L = lab.lab
+    isp = L.addr("isp")
+    station = LabProcess(L.ns("isp"), [
+        sys.executable, "-m", "transports.conjure.station", "--phantoms", PHANTOM_SUBNET,
+        "--listen", f"{isp}:{STATION_PORT}", "--registrar", f"{isp}:8090"],
+        "station", tmp_path / "station.log").start()
+    try:
+        station.wait_log('"event": "ready"', 15)
+        secret = new_secret()
+        body = build_registration(secret, "min", f"{L.addr('web')}:80", 1)
+        assert _register_from(L.ns("client"), (isp, 8090), body) == 204
+        phantom = str(select_phantom(derive_keys(secret).seed,
+                                     PhantomConfig([SubnetGroup.parse(1, [PHANTOM_SUBNET])]),
+                                     False).address)
+        unregistered = str(ipaddress.ip_address(phantom) + 1
+                           if phantom != "198.19.200.255" else "198.19.200.128")
+        prober = "198.19.250.77"  # in the prober's source pool
+        assert _probe(L.ns("client"), (phantom, 443)) == "open"
+        for target in (phantom, unregistered):
+            assert _probe(L.ns("prober"), (target, 443), prober) == "silence", target
+        assert _probe(L.ns("client"), (unregistered, 443)) == "silence"
+        assert _probe(L.ns("client"), (phantom, 80)) == "silence"  # not its port
+        assert _probe(L.ns("prober"), ("198.19.200.20", 443), prober) == "refused"
+    finally:
+        station.stop()
