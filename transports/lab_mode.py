@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from . import base
+from .hostport import split_hostport
 from .pt import socks5
 from .relay import relay
 
@@ -28,12 +29,6 @@ def _emit(component: str, event: str, **fields: object) -> None:
     rec = {"ts": round(time.time(), 6), "component": component, "event": event, **fields}
     print(json.dumps(rec, default=str), flush=True)
 
-
-def split_hostport(s: str) -> tuple[str, int]:
-    host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {s!r}")
-    return host.strip("[]"), int(port)
 
 
 async def run_client(args: argparse.Namespace, stop: asyncio.Event) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from transports.hostport import split_hostport
 from transports.relay import relay
 
 from .phantom import PhantomConfig, SubnetGroup
@@ -207,12 +208,6 @@ async def dial_covert(address: str) -> Streams:
     return await asyncio.open_connection(host.strip("[]"), int(port))
 
 
-def _hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
 
 def covert_blocklist(station_addrs: set[str]) -> Callable[[str], bool]:
     """Conjure's covert blocklist: loopback, link-local, RFC 1918 and our own addresses."""
@@ -234,8 +229,8 @@ async def serve(args) -> int:
         print(json.dumps({"ts": round(time.time(), 6), "component": "conjure-station",
                           "event": name, **fields}), flush=True)
 
-    listen = _hostport(args.listen)
-    listen6 = _hostport(args.listen6) if args.listen6 else None
+    listen = split_hostport(args.listen)
+    listen6 = split_hostport(args.listen6) if args.listen6 else None
     subnets = [s.strip() for s in args.phantoms.split(",") if s.strip()]
     config = PhantomConfig([SubnetGroup.parse(1, subnets, args.randomize_dst_port)])
     registry = Registry(config, args.generation, covert_blocklist({listen[0]}),
@@ -253,7 +248,7 @@ async def serve(args) -> int:
         servers.append(await asyncio.start_server(station.handle, *listen6))
     runner = web.AppRunner(station.registrar_app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, *_hostport(args.registrar)).start()
+    await web.TCPSite(runner, *split_hostport(args.registrar)).start()
     event("ready", listen=args.listen, registrar=args.registrar, phantoms=subnets)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -289,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         for text in (args.listen, args.registrar, *([args.listen6] if args.listen6 else [])):
-            _hostport(text)
+            split_hostport(text)
         SubnetGroup.parse(1, args.phantoms.split(","))
     except ValueError as exc:
         p.error(str(exc))

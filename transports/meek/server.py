@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from transports import weblisten
+from transports.hostport import split_hostport
 from transports.weblisten import Listening
 
 log = logging.getLogger(__name__)
@@ -340,12 +341,6 @@ class MeekServerFactory:
                             self.ssl_context)
 
 
-def _hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
 
 async def _serve_forever(listen_addr: tuple[str, int], dest: tuple[str, int],
                          cfg: MeekConfig, tls: ssl.SSLContext | None) -> int:
@@ -393,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         options.update(cert=args.cert or "", key=args.key or "")
     try:
         cfg, tls = config_from_options(options)
-        listen_addr, dest = _hostport(args.listen), _hostport(args.dest)
+        listen_addr, dest = split_hostport(args.listen), split_hostport(args.dest)
     except (ValueError, OSError, ssl.SSLError) as exc:
         p.error(str(exc))
     return asyncio.run(_serve_forever(listen_addr, dest, cfg, tls))

@@ -31,6 +31,7 @@ from pathlib import Path
 from aiohttp import WSMsgType, web
 
 from transports import weblisten
+from transports.hostport import split_hostport
 from transports.pt import extorport
 from transports.relay import relay
 from transports.weblisten import Listening
@@ -286,12 +287,6 @@ def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFact
     return SnowflakeServerFactory(cfg, ctx)
 
 
-def _hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
 
 async def _serve_forever(args) -> int:
     import json
@@ -302,10 +297,10 @@ async def _serve_forever(args) -> int:
     if args.cert:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(args.cert, args.key)
-    cfg = BridgeConfig(dest=_hostport(args.dest), queue_timeout_s=args.queue_timeout,
+    cfg = BridgeConfig(dest=split_hostport(args.dest), queue_timeout_s=args.queue_timeout,
                        keepalive_timeout_s=args.keepalive_timeout)
     bridge = SnowflakeBridge(cfg)
-    host, port = _hostport(args.listen)
+    host, port = split_hostport(args.listen)
     try:
         listening = await listen(bridge, host, port, ctx)
     except OSError as exc:
@@ -345,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.cert) != bool(args.key):
         p.error("--cert and --key go together")
     try:
-        _hostport(args.listen), _hostport(args.dest)
+        split_hostport(args.listen), split_hostport(args.dest)
     except ValueError as exc:
         p.error(str(exc))
     return asyncio.run(_serve_forever(args))
