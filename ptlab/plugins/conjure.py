@@ -10,17 +10,22 @@ for unused addresses of its range.
   the lab's upstream (the web node).
 * The client is our ``conjure`` PT in managed mode in the client namespace.
 
-Options: ``transport`` (``min``), ``reg_delay`` (seconds between registering
+Options: ``transport`` (``min`` or ``prefix``), ``prefix`` (a prefix id, 1:
+``GET / HTTP/1.1``, the default), ``reg_delay`` (seconds between registering
 and connecting; Conjure's 0.75 by default), ``front`` (``""``: register with
-SNI ``conjure.lab``).
+SNI ``conjure.lab``). The station's X25519 key is made per cell; the client
+gets its public half as ``pubkey=``, as Conjure's ClientConf carries it.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from netns.topology import Topology
+from transports.conjure.wrapping import PREFIXES
+from transports.obfs4.elligator2 import new_keypair, public_key_from_private
 
 from ..labservices import CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
@@ -33,17 +38,19 @@ DEFAULT_FRONT = "front.lab"
 
 class ConjurePlugin(LabPlugin):
     name = "conjure"
-    description = ("ptlab's Conjure: API registration fronted through the edge, min transport "
-                   "to a phantom in the ISP's unused space, our station in the ISP")
+    description = ("ptlab's Conjure: API registration fronted through the edge, min or prefix "
+                   "transport to a phantom in the ISP's unused space, our station in the ISP")
 
     def check_options(self, options: dict[str, Any]) -> None:
-        known = {"transport", "reg_delay", "front"}
+        known = {"transport", "prefix", "reg_delay", "front"}
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
                              f"(known: {', '.join(sorted(known))})")
-        if options.get("transport", "min") != "min":
-            raise ValueError("transport must be min")
+        if options.get("transport", "min") not in ("min", "prefix"):
+            raise ValueError("transport must be min or prefix")
+        if options.get("prefix", 1) not in PREFIXES:
+            raise ValueError(f"prefix must be one of {sorted(PREFIXES)}")
         delay = options.get("reg_delay", 0.75)
         if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= 10:
             raise ValueError("reg_delay must be a number of seconds from 0 to 10")
@@ -52,12 +59,20 @@ class ConjurePlugin(LabPlugin):
         if ISP_RANGE not in topology.nodes["isp"].extra_prefixes:
             topology.add_prefix("isp", ISP_RANGE)
 
+    def _station_key(self, ctx: CellContext) -> tuple[Path, bytes]:
+        path = ctx.workdir / "conjure-station.key"
+        if not path.exists():
+            path.write_text(new_keypair().private.hex() + "\n")
+            path.chmod(0o600)
+        return path, public_key_from_private(bytes.fromhex(path.read_text().strip()))
+
     def servers(self, ctx: CellContext) -> list[Service]:
         isp = ctx.lab.addr("isp")
+        key, _ = self._station_key(ctx)
         return [Service("conjure-station", "isp", ctx.py(
             "transports.conjure.station", "--phantoms", PHANTOM_SUBNET,
             "--listen", f"{isp}:{STATION_PORT}", "--registrar", f"{isp}:{CONJURE_REGISTRAR_PORT}",
-            "--trusted-edge", ctx.lab.addr("cdn")))]
+            "--trusted-edge", ctx.lab.addr("cdn"), "--private-key", str(key)))]
 
     def clients(self, ctx: CellContext) -> list[Service]:
         return [pt_client_service(ctx, self.name, "conjure",
@@ -71,6 +86,9 @@ class ConjurePlugin(LabPlugin):
                 "phantoms": PHANTOM_SUBNET, "generation": "1",
                 "covert": f"{up_host}:{up_port}",
                 "reg-delay": str(ctx.options.get("reg_delay", 0.75))}
+        if args["transport"] == "prefix":
+            args["prefix"] = str(ctx.options.get("prefix", 1))
+            args["pubkey"] = self._station_key(ctx)[1].hex()
         front = ctx.options.get("front", DEFAULT_FRONT)
         if front:
             args["front"] = front

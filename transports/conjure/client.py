@@ -41,11 +41,11 @@ from .phantom import (
     select_port,
 )
 from .registration import build_registration, new_secret
-from .wrapping import min_tag
+from .wrapping import PREFIXES, min_tag, prefix_hello
 
 REG_DELAY_S = 0.75
 CONNECT_TIMEOUT_S = 10.0
-SUPPORTED = ("min",)
+SUPPORTED = ("min", "prefix")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class ConjureArgs:
     v6: bool = False
     reg_delay_s: float = REG_DELAY_S
     randomize_port: bool = False
+    prefix_id: int = 1
+    station_public: bytes | None = None
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> ConjureArgs:
@@ -82,13 +84,25 @@ class ConjureArgs:
             delay = float(args.get("reg-delay", REG_DELAY_S))
         except ValueError as exc:
             raise TransportError(f"conjure: {exc}") from None
+        prefix_id, public = 1, None
+        if transport == "prefix":
+            try:
+                prefix_id = int(args.get("prefix", "1"))
+                public = bytes.fromhex(need("pubkey"))
+            except ValueError as exc:
+                raise TransportError(f"conjure: {exc}") from None
+            if prefix_id not in PREFIXES or len(public) != 32:
+                raise TransportError("conjure: prefix must be a known prefix id and pubkey "
+                                     "the station's 32-byte X25519 key in hex")
         return cls(url, host, transport, need("covert"), PhantomConfig([group]), generation,
-                   args.get("v6", "0") == "1", delay, group.randomize_dst_port)
+                   args.get("v6", "0") == "1", delay, group.randomize_dst_port, prefix_id,
+                   public)
 
 
 async def register(args: ConjureArgs, secret: bytes) -> None:
     body = build_registration(secret, args.transport, args.covert, args.generation,
-                              v4=not args.v6, v6=args.v6, randomize_port=args.randomize_port)
+                              v4=not args.v6, v6=args.v6, randomize_port=args.randomize_port,
+                              prefix_id=args.prefix_id if args.transport == "prefix" else None)
     timeout = aiohttp.ClientTimeout(total=30)
     # The station keys IPv4 phantoms by the address the registration came from: register
     # from the family the phantom will be reached in.
@@ -118,7 +132,8 @@ class ConjureClientFactory:
         await asyncio.sleep(args.reg_delay_s)
         seed = derive_keys(secret, CURRENT_CLIENT_LIB_VERSION).seed
         phantom = select_phantom(seed, args.phantoms, args.v6)
-        phantom_port = select_port(seed, args.transport, phantom, args.randomize_port)
+        default = PREFIXES[args.prefix_id][1] if args.transport == "prefix" else None
+        phantom_port = select_port(seed, args.transport, phantom, args.randomize_port, default)
         address = str(phantom.address)
         try:
             reader, writer = await asyncio.wait_for(
@@ -126,7 +141,11 @@ class ConjureClientFactory:
         except (OSError, TimeoutError) as exc:
             raise TransportError(f"conjure: phantom {_fmt(address, phantom_port)} did not "
                                  f"answer: {exc or type(exc).__name__}") from None
-        writer.write(min_tag(secret))
+        if args.transport == "prefix":
+            assert args.station_public is not None
+            writer.write(prefix_hello(secret, args.station_public, args.prefix_id))
+        else:
+            writer.write(min_tag(secret))
         return reader, writer
 
 

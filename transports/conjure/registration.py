@@ -47,6 +47,7 @@ from .phantom import (
     select_phantom,
     select_port,
 )
+from .wrapping import PREFIXES
 
 SECRET_LENGTH = 32
 UNUSED_TIMEOUT_S = 600.0
@@ -179,8 +180,11 @@ class Registry:
             phantoms = [select_phantom(keys.seed, self.phantoms, v6, version) for v6 in families]
         except PhantomError as exc:
             raise RegistrationError(str(exc)) from None
+        if transport == "prefix" and prefix_id not in PREFIXES:
+            raise RegistrationError(f"unknown prefix {prefix_id}")
+        default_port = PREFIXES[prefix_id][1] if transport == "prefix" else None
         # One port for the registration: the group's policy is the same in both families.
-        port = select_port(keys.seed, transport, phantoms[0], randomize)
+        port = select_port(keys.seed, transport, phantoms[0], randomize, default_port)
         reg = Registration(secret, keys, client, transport, covert, phantoms, port, randomize,
                            prefix_id, self.clock())
         self._seen.add(secret)

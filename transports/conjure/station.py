@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 
@@ -92,6 +93,7 @@ class Station:
         lambda w: original_destination(w.get_extra_info("socket"))
     stats: StationStats = field(default_factory=StationStats)
     events: Callable[..., None] = lambda *a, **k: None
+    private_key: bytes | None = None  # the station's X25519 key (prefix tags)
 
     # -- registrar -------------------------------------------------------------------
 
@@ -178,7 +180,7 @@ class Station:
                         candidates: list[Registration]) -> tuple[Registration, bytes] | None:
         """The registration the first bytes name, and what followed its tag."""
         head = b""
-        while (found := identify(candidates, head)) is NEED_MORE:
+        while (found := identify(candidates, head, self.private_key)) is NEED_MORE:
             chunk = await reader.read(4096)
             if not chunk:
                 break
@@ -242,7 +244,16 @@ async def serve(args) -> int:
     except StationNetError as exc:
         print(f"conjure station: cannot install the datapath: {exc}", file=sys.stderr)
         return 1
-    station = Station(registry, net, dial_covert, tuple(args.trusted_edge), events=event)
+    private = None
+    if args.private_key:
+        try:
+            private = bytes.fromhex(Path(args.private_key).read_text().strip())
+        except (OSError, ValueError) as exc:
+            print(f"conjure station: --private-key: {exc}", file=sys.stderr)
+            net.remove()
+            return 1
+    station = Station(registry, net, dial_covert, tuple(args.trusted_edge), events=event,
+                      private_key=private)
     servers = [await asyncio.start_server(station.handle, *listen)]
     if listen6:
         servers.append(await asyncio.start_server(station.handle, *listen6))
@@ -279,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--registrar", required=True, help="HOST:PORT for POST /api/register")
     p.add_argument("--trusted-edge", action="append", default=[])
     p.add_argument("--randomize-dst-port", action="store_true")
+    p.add_argument("--private-key", help="file with the station's X25519 private key (hex); "
+                   "the prefix transport needs it")
     p.add_argument("--unused-timeout", type=float, default=600.0)
     p.add_argument("--active-timeout", type=float, default=6 * 3600.0)
     args = p.parse_args(argv)

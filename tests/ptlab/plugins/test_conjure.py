@@ -28,18 +28,22 @@ def run(lab, censor: str = "none", overrides=None, bootstrap_s: float = 20.0,
 
 
 @pytest.mark.lab
-def test_min_moves_20_mb_byte_exact_through_a_phantom(lab):
-    row = run(lab, bulk_size=20_000_000)
+@pytest.mark.parametrize("transport", ["min", "prefix"])
+def test_each_transport_moves_20_mb_byte_exact_through_a_phantom(lab, transport):
+    row = run(lab, bulk_size=20_000_000, transport=transport)
     assert row.status == "reachable", row.error
-    log = (lab.out_dir / "cells" / "conjure__none" / "conjure-station.log").read_text()
-    assert '"event": "registration"' in log and '"transport": "min"' in log
+    cells = sorted((lab.out_dir / "cells").glob("conjure__none*"), key=lambda d: d.stat().st_mtime)
+    log = (cells[-1] / "conjure-station.log").read_text()
+    assert '"event": "registration"' in log and f'"transport": "{transport}"' in log
+    if transport == "prefix":  # GET / HTTP/1.1 then the tag, on the prefix's port 80
+        assert '"port": 80' in log
 
 
 def test_bad_options_are_named():
     p = plugins.get("conjure")
     with pytest.raises(ValueError, match="unknown option 'phantom'"):
         p.check_options({"phantom": "x"})
-    with pytest.raises(ValueError, match="transport must be min"):
+    with pytest.raises(ValueError, match="transport must be min or prefix"):
         p.check_options({"transport": "dtls"})
     with pytest.raises(ValueError, match="reg_delay"):
         p.check_options({"reg_delay": -1})

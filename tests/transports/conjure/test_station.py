@@ -12,7 +12,8 @@ from aiohttp.test_utils import TestServer
 from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
 from transports.conjure.registration import Registry, build_registration, new_secret
 from transports.conjure.station import Station, covert_blocklist
-from transports.conjure.wrapping import min_tag
+from transports.conjure.wrapping import min_tag, prefix_hello
+from transports.obfs4.elligator2 import new_keypair
 
 CONFIG = PhantomConfig([SubnetGroup.parse(1, ["198.19.200.128/25"])])
 
@@ -27,6 +28,9 @@ async def echo_server():
     return server, server.sockets[0].getsockname()[1]
 
 
+STATION_KEY = new_keypair()
+
+
 async def station_with(phantom_of, live=False, deadline=(0.3, 0.4), trusted=("127.0.0.1",)):
     async def liveness(_addr, _port):
         return live
@@ -39,7 +43,8 @@ async def station_with(phantom_of, live=False, deadline=(0.3, 0.4), trusted=("12
     blocked = covert_blocklist({"198.19.0.1"})
     registry = Registry(CONFIG, 1, lambda h: h != "127.0.0.1" and blocked(h))
     station = Station(registry, None, dial, trusted, rng=random.Random(1), deadline_s=deadline,
-                      liveness=liveness, destination=lambda _w: phantom_of())
+                      liveness=liveness, destination=lambda _w: phantom_of(),
+                      private_key=STATION_KEY.private)
     app_server = await asyncio.start_server(station.handle, "127.0.0.1", 0)
     registrar = TestServer(station.registrar_app(), host="127.0.0.1")
     await registrar.start_server()
@@ -71,6 +76,27 @@ async def test_a_registered_min_connection_reaches_the_covert_destination():
         assert station.stats.matched == 1
         (reg,) = list(station.registry)
         assert reg.first_use is not None
+    finally:
+        await registrar.close()
+        app.close()
+        echo.close()
+
+
+async def test_a_prefix_connection_reaches_the_covert_destination():
+    echo, echo_port = await echo_server()
+    secret = new_secret()
+    phantom = str(select_phantom(derive_keys(secret).seed, CONFIG, False).address)
+    station, app, registrar = await station_with(lambda: (phantom, 22))
+    try:
+        status, _ = await post(registrar, build_registration(
+            secret, "prefix", f"127.0.0.1:{echo_port}", 1, prefix_id=9))
+        assert status == 204
+        (reg,) = list(station.registry)
+        assert reg.port == 22  # OpenSSH2's default port
+        reader, writer = await asyncio.open_connection(*app.sockets[0].getsockname()[:2])
+        writer.write(prefix_hello(secret, STATION_KEY.public, 9) + b"over ssh-ish")
+        assert await asyncio.wait_for(reader.readexactly(12), 5) == b"over ssh-ish"
+        writer.close()
     finally:
         await registrar.close()
         app.close()
