@@ -10,7 +10,7 @@ for unused addresses of its range.
   the lab's upstream (the web node).
 * The client is our ``conjure`` PT in managed mode in the client namespace.
 
-Options: ``transport`` (``min`` or ``prefix``), ``prefix`` (a prefix id, 1:
+Options: ``transport`` (``min``, ``prefix`` or ``obfs4``), ``prefix`` (a prefix id, 1:
 ``GET / HTTP/1.1``, the default), ``reg_delay`` (seconds between registering
 and connecting; Conjure's 0.75 by default), ``front`` (``""``: register with
 SNI ``conjure.lab``). The station's X25519 key is made per cell; the client
@@ -38,8 +38,8 @@ DEFAULT_FRONT = "front.lab"
 
 class ConjurePlugin(LabPlugin):
     name = "conjure"
-    description = ("ptlab's Conjure: API registration fronted through the edge, min or prefix "
-                   "transport to a phantom in the ISP's unused space, our station in the ISP")
+    description = ("ptlab's Conjure: API registration fronted through the edge, min, prefix or "
+                   "obfs4 to a phantom in the ISP's unused space, our station in the ISP")
 
     def check_options(self, options: dict[str, Any]) -> None:
         known = {"transport", "prefix", "reg_delay", "front"}
@@ -47,8 +47,8 @@ class ConjurePlugin(LabPlugin):
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
                              f"(known: {', '.join(sorted(known))})")
-        if options.get("transport", "min") not in ("min", "prefix"):
-            raise ValueError("transport must be min or prefix")
+        if options.get("transport", "min") not in ("min", "prefix", "obfs4"):
+            raise ValueError("transport must be min, prefix or obfs4")
         if options.get("prefix", 1) not in PREFIXES:
             raise ValueError(f"prefix must be one of {sorted(PREFIXES)}")
         delay = options.get("reg_delay", 0.75)

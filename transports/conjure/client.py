@@ -31,12 +31,14 @@ import aiohttp
 from transports.base import Streams, Transport, TransportError
 from transports.fronting import FrontingError, fronted
 from transports.httpbody import read_limited
+from transports.obfs4.transport import Obfs4ClientFactory
 
 from .phantom import (
     CURRENT_CLIENT_LIB_VERSION,
     PhantomConfig,
     SubnetGroup,
     derive_keys,
+    obfs4_identity,
     select_phantom,
     select_port,
 )
@@ -45,7 +47,7 @@ from .wrapping import PREFIXES, min_tag, prefix_hello
 
 REG_DELAY_S = 0.75
 CONNECT_TIMEOUT_S = 10.0
-SUPPORTED = ("min", "prefix")
+SUPPORTED = ("min", "prefix", "obfs4")
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,10 @@ class ConjureClientFactory:
         default = PREFIXES[args.prefix_id][1] if args.transport == "prefix" else None
         phantom_port = select_port(seed, args.transport, phantom, args.randomize_port, default)
         address = str(phantom.address)
+        if args.transport == "obfs4":
+            _, public, node_id = obfs4_identity(derive_keys(secret, CURRENT_CLIENT_LIB_VERSION))
+            return await Obfs4ClientFactory(node_id, public, 0, CONNECT_TIMEOUT_S).dial(
+                address, phantom_port)
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(address, phantom_port), CONNECT_TIMEOUT_S)

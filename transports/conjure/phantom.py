@@ -98,6 +98,7 @@ class ConjureKeys:
     shared_secret: bytes
     seed: bytes
     transport_stream: HkdfStream  # what follows the seed (v4+): transport keys
+    transport_offset: int = SEED_LENGTH  # where that stream starts
 
 
 def derive_keys(shared_secret: bytes,
@@ -106,7 +107,27 @@ def derive_keys(shared_secret: bytes,
     if client_lib_version < SHARED_KEYS_REFACTOR_MIN_VERSION:
         stream.read(LEGACY_SEED_OFFSET)
     seed = stream.read(SEED_LENGTH)
-    return ConjureKeys(shared_secret, seed, stream)
+    return ConjureKeys(shared_secret, seed, stream, stream.pos)
+
+
+def obfs4_identity(keys: ConjureKeys) -> tuple[bytes, bytes, bytes]:
+    """(private key, public key, node id) of the registration's obfs4 server.
+
+    Conjure reads them from the transport stream that follows the seed: 32 bytes
+    of private key (clamped as X25519 clamps), then 20 bytes of node id; the
+    public key is the clean X25519 public key. Both ends draw them in this order
+    from a fresh stream, so each call gives the same identity.
+    """
+    from nacl.bindings import crypto_scalarmult_base
+
+    stream = HkdfStream(keys.shared_secret, CONJURE_SALT, b"")
+    stream.read(keys.transport_offset)
+    private = bytearray(stream.read(32))
+    private[0] &= 248
+    private[31] &= 127
+    private[31] |= 64
+    node_id = stream.read(20)
+    return bytes(private), crypto_scalarmult_base(bytes(private)), node_id
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
+from transports.obfs4.elligator2 import Keypair
+from transports.obfs4.handshake import ServerKey
+
 from . import signalling as sig
 from .phantom import (
     CURRENT_CLIENT_LIB_VERSION,
@@ -44,6 +47,7 @@ from .phantom import (
     PhantomConfig,
     PhantomError,
     derive_keys,
+    obfs4_identity,
     select_phantom,
     select_port,
 )
@@ -102,6 +106,7 @@ class Registration:
     prefix_id: int
     created: float
     first_use: float | None = None
+    obfs4_key: ServerKey | None = None  # the obfs4 server identity (obfs4 transport)
 
     def expires_at(self, unused_s: float, active_s: float) -> float:
         if self.first_use is None:
@@ -185,8 +190,12 @@ class Registry:
         default_port = PREFIXES[prefix_id][1] if transport == "prefix" else None
         # One port for the registration: the group's policy is the same in both families.
         port = select_port(keys.seed, transport, phantoms[0], randomize, default_port)
+        obfs4_key = None
+        if transport == "obfs4":
+            private, public, node_id = obfs4_identity(keys)
+            obfs4_key = ServerKey(node_id, Keypair(private, public, None))
         reg = Registration(secret, keys, client, transport, covert, phantoms, port, randomize,
-                           prefix_id, self.clock())
+                           prefix_id, self.clock(), obfs4_key=obfs4_key)
         self._seen.add(secret)
         for phantom in phantoms:
             self._by_key.setdefault(self._key(client, phantom.address, port), []).append(reg)

@@ -26,6 +26,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -36,7 +37,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from transports.base import TransportError
 from transports.hostport import split_hostport
+from transports.obfs4.replayfilter import ReplayFilter
+from transports.obfs4.transport import Obfs4ServerFactory
 from transports.relay import relay
 
 from .phantom import PhantomConfig, SubnetGroup
@@ -94,6 +98,7 @@ class Station:
     stats: StationStats = field(default_factory=StationStats)
     events: Callable[..., None] = lambda *a, **k: None
     private_key: bytes | None = None  # the station's X25519 key (prefix tags)
+    obfs4_replay: ReplayFilter = field(default_factory=ReplayFilter)
 
     # -- registrar -------------------------------------------------------------------
 
@@ -194,6 +199,17 @@ class Station:
     async def _proxy(self, reg: Registration, early: bytes, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
         assert self.dial is not None
+        if reg.transport == "obfs4":
+            # obfs4's server answers the handshake it was found by (early holds it),
+            # with a fresh length-distribution seed, as Conjure's station does.
+            assert reg.obfs4_key is not None
+            factory = Obfs4ServerFactory([reg.obfs4_key], os.urandom(24), 0)
+            factory.replay = self.obfs4_replay
+            try:
+                reader, writer = await factory.wrap(reader, writer, initial=early)
+            except TransportError:
+                return
+            early = b""
         try:
             up_r, up_w = await self.dial(reg.covert)
         except OSError as exc:

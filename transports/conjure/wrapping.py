@@ -13,12 +13,18 @@ under AES-128-CTR with key and IV from SHA-256 of X25519(ephemeral, station
 key) (bytes 0-16 and 16-32; conjure ``CTRObfuscator``). Only the station's
 private key reveals the HMAC, which names the registration; the prefix must be
 the one the registration chose.
+
+``obfs4`` (``wrapping/obfs4``): an ordinary obfs4 handshake whose server
+identity (node id and key) each registration derives from its secret; the
+station recognises the client's mark under the keys of the registrations for
+this phantom, then obfs4's own server takes the connection over.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,6 +32,12 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from nacl.bindings import crypto_scalarmult
 
 from transports.obfs4.elligator2 import new_keypair, representative_to_public
+from transports.obfs4.handshake import (
+    MAX_HANDSHAKE_LENGTH,
+    HandshakeError,
+    ServerKey,
+    parse_client_hello,
+)
 
 MIN_TAG_LENGTH = 32
 MIN_HMAC_STRING = b"MinTrasportHMACString"
@@ -87,6 +99,7 @@ class Candidate(Protocol):
     secret: bytes
     transport: str
     prefix_id: int
+    obfs4_key: ServerKey | None
 
 
 NEED_MORE = object()
@@ -122,4 +135,17 @@ def identify(candidates: Sequence[Candidate], head: bytes,
             found = revealed[c.prefix_id]
             if found is not None and hmac.compare_digest(prefix_hmac(c.secret), found):
                 return c, end
+    tunnels = [c for c in candidates if c.transport == "obfs4"]
+    if tunnels:
+        keys = {id(k): c for c in tunnels if (k := c.obfs4_key) is not None}
+        try:
+            hello = parse_client_hello(head, [c.obfs4_key for c in tunnels], time.time(), None)
+        except HandshakeError:
+            hello = None
+        else:
+            if hello is None and len(head) < MAX_HANDSHAKE_LENGTH:
+                waiting = True
+        if hello is not None:
+            # obfs4's own server answers the handshake: nothing is consumed here.
+            return keys[id(hello.key)], 0
     return NEED_MORE if waiting else None

@@ -131,13 +131,16 @@ class Obfs4ServerFactory:
             return {}
         return {"cert": self.state.cert, "iat-mode": str(self.iat_mode)}
 
-    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
+    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   initial: bytes = b"") -> Streams:
+        """Run the server handshake; ``initial`` is what was already read from the
+        connection (Conjure's station reads it to find the registration)."""
         start = asyncio.get_running_loop().time()
         token = id(writer)
         self._admit(token, writer)
         try:
             try:
-                hello, buf = await asyncio.wait_for(self._read_hello(reader),
+                hello, buf = await asyncio.wait_for(self._read_hello(reader, initial),
                                                     self.policy.handshake_timeout_s)
             except (HandshakeError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 reason = type(exc).__name__ if not str(exc) else str(exc)
@@ -155,18 +158,19 @@ class Obfs4ServerFactory:
         return attach(reader, writer, bytes(buf[hello.consumed:]), enc, Decoder(c2s),
                       shaping, is_server=True)
 
-    async def _read_hello(self, reader: asyncio.StreamReader):
-        buf = bytearray()
+    async def _read_hello(self, reader: asyncio.StreamReader, initial: bytes = b""):
+        buf = bytearray(initial)
         while True:
+            if buf:
+                hello = parse_client_hello(bytes(buf), self.keys, self.clock(), self.replay)
+                if hello is not None:
+                    return hello, buf
+                if len(buf) > MAX_HANDSHAKE_LENGTH:
+                    raise HandshakeError("no valid mark in the maximum handshake length")
             data = await reader.read(READ_SIZE)
             if not data:
                 raise HandshakeError("EOF before a valid handshake")
             buf += data
-            hello = parse_client_hello(bytes(buf), self.keys, self.clock(), self.replay)
-            if hello is not None:
-                return hello, buf
-            if len(buf) > MAX_HANDSHAKE_LENGTH:
-                raise HandshakeError("no valid mark in the maximum handshake length")
 
     def _admit(self, token: int, writer: asyncio.StreamWriter) -> None:
         while len(self.unauthenticated) >= self.policy.max_unauthenticated:

@@ -28,7 +28,7 @@ def run(lab, censor: str = "none", overrides=None, bootstrap_s: float = 20.0,
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("transport", ["min", "prefix"])
+@pytest.mark.parametrize("transport", ["min", "prefix", "obfs4"])
 def test_each_transport_moves_20_mb_byte_exact_through_a_phantom(lab, transport):
     row = run(lab, bulk_size=20_000_000, transport=transport)
     assert row.status == "reachable", row.error
@@ -43,7 +43,7 @@ def test_bad_options_are_named():
     p = plugins.get("conjure")
     with pytest.raises(ValueError, match="unknown option 'phantom'"):
         p.check_options({"phantom": "x"})
-    with pytest.raises(ValueError, match="transport must be min or prefix"):
+    with pytest.raises(ValueError, match="transport must be min, prefix or obfs4"):
         p.check_options({"transport": "dtls"})
     with pytest.raises(ValueError, match="reg_delay"):
         p.check_options({"reg_delay": -1})

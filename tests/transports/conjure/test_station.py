@@ -7,13 +7,22 @@ import asyncio
 import random
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
-from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
+from transports.base import TransportError
+from transports.conjure.phantom import (
+    PhantomConfig,
+    SubnetGroup,
+    derive_keys,
+    obfs4_identity,
+    select_phantom,
+)
 from transports.conjure.registration import Registry, build_registration, new_secret
 from transports.conjure.station import Station, covert_blocklist
 from transports.conjure.wrapping import min_tag, prefix_hello
 from transports.obfs4.elligator2 import new_keypair
+from transports.obfs4.transport import Obfs4ClientFactory
 
 CONFIG = PhantomConfig([SubnetGroup.parse(1, ["198.19.200.128/25"])])
 
@@ -97,6 +106,37 @@ async def test_a_prefix_connection_reaches_the_covert_destination():
         writer.write(prefix_hello(secret, STATION_KEY.public, 9) + b"over ssh-ish")
         assert await asyncio.wait_for(reader.readexactly(12), 5) == b"over ssh-ish"
         writer.close()
+    finally:
+        await registrar.close()
+        app.close()
+        echo.close()
+
+
+async def test_an_obfs4_connection_with_the_registrations_own_identity():
+    """The station finds the client's obfs4 mark under the registration's derived key,
+    then obfs4's server completes the handshake and the stream reaches the covert host."""
+    echo, echo_port = await echo_server()
+    secret = new_secret()
+    keys = derive_keys(secret)
+    phantom = str(select_phantom(keys.seed, CONFIG, False).address)
+    station, app, registrar = await station_with(lambda: (phantom, 443))
+    try:
+        status, _ = await post(registrar, build_registration(
+            secret, "obfs4", f"127.0.0.1:{echo_port}", 1))
+        assert status == 204
+        _, public, node_id = obfs4_identity(keys)
+        (reg,) = list(station.registry)
+        assert reg.obfs4_key.node_id == node_id and reg.obfs4_key.identity.public == public
+        host, port = app.sockets[0].getsockname()[:2]
+        reader, writer = await Obfs4ClientFactory(node_id, public, 0, 5).dial(host, port)
+        writer.write(b"inside obfs4" * 1000)
+        assert await asyncio.wait_for(reader.readexactly(12000), 5) == b"inside obfs4" * 1000
+        writer.close()
+        assert station.stats.matched == 1
+        # Another registration's identity is not accepted on this phantom.
+        other = obfs4_identity(derive_keys(new_secret()))
+        with pytest.raises(TransportError):
+            await Obfs4ClientFactory(other[2], other[1], 0, 1).dial(host, port)
     finally:
         await registrar.close()
         app.close()
