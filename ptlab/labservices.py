@@ -36,6 +36,9 @@ EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab", "assets.lab")
 SNOWFLAKE_EDGE_NAME, SNOWFLAKE_BROKER_PORT = "snowflake.lab", 8080
 MEEK_EDGE_NAME, MEEK_PORT = "meek.lab", 7080
 CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT = "conjure.lab", 8090
+# The ISP's range (Conjure's lab row adds it to the isp node): used addresses in
+# the lower half run ordinary servers, the upper half is phantom space.
+ISP_RANGE, ISP_PHANTOMS, ISP_SERVER = "198.19.200.0/24", "198.19.200.128/25", "198.19.200.10"
 EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
                 MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector"),
                 CONJURE_EDGE_NAME: ("isp", CONJURE_REGISTRAR_PORT, "cdn")}
@@ -56,6 +59,12 @@ class LabServices:
         self.procs: list[LabProcess] = []
         self.ca: LabCA | None = None
         self.sshd: SshdFiles | None = None
+
+    @property
+    def isp_servers(self) -> bool:
+        """Whether the ISP owns its range in this lab (Conjure's row extends it)."""
+        isp = self.lab.topology.nodes.get("isp")
+        return isp is not None and ISP_RANGE in isp.extra_prefixes
 
     @property
     def upstream(self) -> tuple[str, int]:
@@ -108,6 +117,13 @@ class LabServices:
                                *_flag("--udp-listen", _both(UDP_PORT))], READY_EVENT),
             ("sshd", "web", list(self.sshd.argv), SSHD_READY),
         ]
+        if self.isp_servers:
+            specs += [
+                ("isp-web", "isp", [*py, "ptlab.services.web", "--name", "isp.lab",
+                                    "--listen", f"{ISP_SERVER}:{WEB_HTTP}"], READY_EVENT),
+                ("isp-benign", "isp", [*py, "ptlab.services.benign", "--binary-listen",
+                                       f"{ISP_SERVER}:{BINARY_PORT}"], READY_EVENT),
+            ]
         try:
             for name, role, argv, _ in specs:
                 self.procs.append(LabProcess(self.lab.ns(role), argv, name,
@@ -154,12 +170,14 @@ class LabServices:
             https=[(lab.addr("cdn"), EDGE_HTTPS, "www.benign.lab", ca),
                    (lab.addr("cdn"), EDGE_HTTPS, "news.benign.lab", ca),
                    (lab.addr("web"), WEB_HTTPS, "web.lab", ca)],
-            http=[(lab.addr("web"), WEB_HTTP, "web.lab")],
+            http=[(lab.addr("web"), WEB_HTTP, "web.lab"),
+                  *([(ISP_SERVER, WEB_HTTP, "isp.lab")] if self.isp_servers else [])],
             dns=(lab.addr("svc"), DNS_PORT),
             dns_name="web.lab",
             ssh=(lab.addr("web"), SSH_PORT),
             binary=(lab.addr("web"), BINARY_PORT),
             udp=(lab.addr("web"), UDP_PORT),
+            binary_extra=[(ISP_SERVER, BINARY_PORT)] if self.isp_servers else [],
         )
 
 

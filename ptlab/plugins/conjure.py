@@ -2,7 +2,9 @@
 for unused addresses of its range.
 
 * The ISP node owns the range ``198.19.200.0/24`` (a topology extension, routed
-  to it by the core); its upper half ``198.19.200.128/25`` is phantom space.
+  to it by the core); its upper half ``198.19.200.128/25`` is phantom space,
+  and 198.19.200.10 in its lower half runs the ISP's own HTTP and binary
+  servers, which join the benign mix (the lab services start them).
 * The station (``python -m transports.conjure.station``) runs on the ISP node:
   its registrar sits behind the lab's TLS edge as ``conjure.lab`` (the client
   registers domain-fronted, SNI ``front.lab``); its datapath DNATs registered
@@ -27,19 +29,21 @@ from netns.topology import Topology
 from transports.conjure.wrapping import PREFIXES
 from transports.obfs4.elligator2 import new_keypair, public_key_from_private
 
-from ..labservices import CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT
+from ..labservices import CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT, ISP_PHANTOMS, ISP_RANGE
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
-ISP_RANGE = "198.19.200.0/24"
-PHANTOM_SUBNET = "198.19.200.128/25"
+PHANTOM_SUBNET = ISP_PHANTOMS
 STATION_PORT = 41245
 DEFAULT_FRONT = "front.lab"
 
 
 class ConjurePlugin(LabPlugin):
-    name = "conjure"
-    description = ("ptlab's Conjure: API registration fronted through the edge, min, prefix or "
-                   "obfs4 to a phantom in the ISP's unused space, our station in the ISP")
+    def __init__(self, name: str = "conjure", transport: str = "min") -> None:
+        self.name, self.default_transport = name, transport
+        self.description = self.DESCRIPTION.format(transport=transport)
+
+    DESCRIPTION = ("ptlab's Conjure: API registration fronted through the edge, the {transport} "
+                   "transport to a phantom in the ISP's unused space, our station in the ISP")
 
     def check_options(self, options: dict[str, Any]) -> None:
         known = {"transport", "prefix", "reg_delay", "front"}
@@ -47,7 +51,7 @@ class ConjurePlugin(LabPlugin):
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
                              f"(known: {', '.join(sorted(known))})")
-        if options.get("transport", "min") not in ("min", "prefix", "obfs4"):
+        if options.get("transport", self.default_transport) not in ("min", "prefix", "obfs4"):
             raise ValueError("transport must be min, prefix or obfs4")
         if options.get("prefix", 1) not in PREFIXES:
             raise ValueError(f"prefix must be one of {sorted(PREFIXES)}")
@@ -82,7 +86,7 @@ class ConjurePlugin(LabPlugin):
         host, port = pt_client_socks(ctx, self.name)
         up_host, up_port = ctx.upstream
         args = {"url": f"https://{CONJURE_EDGE_NAME}/api/register",
-                "transport": ctx.options.get("transport", "min"),
+                "transport": ctx.options.get("transport", self.default_transport),
                 "phantoms": PHANTOM_SUBNET, "generation": "1",
                 "covert": f"{up_host}:{up_port}",
                 "reg-delay": str(ctx.options.get("reg_delay", 0.75))}
@@ -96,3 +100,5 @@ class ConjurePlugin(LabPlugin):
 
 
 PLUGIN = ConjurePlugin()
+PREFIX = ConjurePlugin("conjure-prefix", "prefix")
+OBFS4 = ConjurePlugin("conjure-obfs4", "obfs4")

@@ -55,6 +55,8 @@ class BenignTargets:
     ssh: tuple[str, int] | None = None
     binary: tuple[str, int] | None = None
     udp: tuple[str, int] | None = None  # the UDP echo
+    # More binary-protocol servers (the ISP's own servers beside Conjure's phantoms).
+    binary_extra: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -291,10 +293,9 @@ async def run_benign_mix(client_ns: str, targets: BenignTargets, timeout: float 
         sip, sport = targets.ssh
         jobs.append(_timed("ssh", format_hostport(sip, sport), timeout,
                            lambda: _ssh(ns, sip, sport, ssh, timeout)))
-    if targets.binary is not None:
-        bip, bport = targets.binary
+    for bip, bport in ([targets.binary] if targets.binary else []) + targets.binary_extra:
         jobs.append(_timed("binary", format_hostport(bip, bport), timeout,
-                           lambda: _binary(ns, bip, bport)))
+                           lambda bip=bip, bport=bport: _binary(ns, bip, bport)))
     if targets.udp is not None:
         uip, uport = targets.udp
         jobs.append(_timed("udp-echo", format_hostport(uip, uport), timeout,

@@ -11,6 +11,7 @@ import pytest
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
 from ptlab import plugins
+from ptlab.labservices import ISP_RANGE
 from ptlab.plugins.conjure import PHANTOM_SUBNET, STATION_PORT
 from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
 from transports.conjure.registration import build_registration, new_secret
@@ -112,3 +113,24 @@ def test_phantoms_are_silent_to_everyone_but_the_registered_client(lab, tmp_path
         assert _probe(L.ns("prober"), ("198.19.200.20", 443), prober) == "refused"
     finally:
         station.stop()
+
+
+@pytest.mark.lab
+def test_blocking_the_isp_range_stops_min_costs_the_isps_servers_and_misses_prefix(lab):
+    """range-block on the ISP's range: unclassified first payloads are dropped. min's
+    random tag is one; prefix's starts like HTTP and passes. The ISP's own binary
+    server on a used address of the range is collateral damage."""
+    block = {"detectors": {"unclassified": {"servers": [ISP_RANGE]}},
+             "actions": {"residual": {"seconds": [2]}}}
+    lab.spec.transports["conjure"] = {"reg_delay": 0.2}
+    try:
+        row = lab.run_cell("conjure", "range-block", block, bulk_size=500_000,
+                           bootstrap_timeout_s=6.0, idle_timeout_s=5.0, benign=True)
+    finally:
+        lab.spec.transports.pop("conjure")
+    assert row.status == "blocked" and row.detections.get("unclassified", 0) >= 1
+    blocked = row.benign_detail.get("binary", {}).get("blocked", 0)
+    assert blocked >= 1 and row.collateral and row.collateral > 0, row.benign_detail
+    assert row.benign_detail["http"]["blocked"] == 0  # the ISP's web server passes
+    prefixed = run(lab, "range-block", block, transport="prefix")
+    assert prefixed.status == "reachable", prefixed.error
