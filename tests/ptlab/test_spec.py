@@ -72,7 +72,8 @@ def test_unparsable_and_missing_files(tmp_path):
         load_spec(tmp_path / "missing.toml")
 
 
-@pytest.mark.parametrize("name", ["default.toml", "full.toml", "snowflake.toml", "meek.toml"])
+@pytest.mark.parametrize("name", ["default.toml", "full.toml", "snowflake.toml", "meek.toml",
+                                  "conjure.toml"])
 def test_shipped_specs_are_valid(name):
     from censor_sim.profile import available
     from ptlab import plugins
