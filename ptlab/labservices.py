@@ -39,6 +39,7 @@ CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT = "conjure.lab", 8090
 # The ISP's range (Conjure's lab row adds it to the isp node): used addresses in
 # the lower half run ordinary servers, the upper half is phantom space.
 ISP_RANGE, ISP_PHANTOMS, ISP_SERVER = "198.19.200.0/24", "198.19.200.128/25", "198.19.200.10"
+ISP_RANGE6, ISP_PHANTOMS6 = "2001:db8:c800::/64", "2001:db8:c800:0:8000::/65"
 EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
                 MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector"),
                 CONJURE_EDGE_NAME: ("isp", CONJURE_REGISTRAR_PORT, "cdn")}

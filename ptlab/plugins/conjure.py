@@ -1,8 +1,9 @@
 """The Conjure row: a client behind the censor, a station in the ISP that answers
 for unused addresses of its range.
 
-* The ISP node owns the range ``198.19.200.0/24`` (a topology extension, routed
-  to it by the core); its upper half ``198.19.200.128/25`` is phantom space,
+* The ISP node owns the ranges ``198.19.200.0/24`` and ``2001:db8:c800::/64``
+  (topology extensions, routed to it by the core); their upper halves are
+  phantom space (``v6 = true`` makes the client use an IPv6 phantom),
   and 198.19.200.10 in its lower half runs the ISP's own HTTP and binary
   servers, which join the benign mix (the lab services start them).
 * The station (``python -m transports.conjure.station``) runs on the ISP node:
@@ -29,10 +30,18 @@ from netns.topology import Topology
 from transports.conjure.wrapping import PREFIXES
 from transports.obfs4.elligator2 import new_keypair, public_key_from_private
 
-from ..labservices import CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT, ISP_PHANTOMS, ISP_RANGE
+from ..labservices import (
+    CONJURE_EDGE_NAME,
+    CONJURE_REGISTRAR_PORT,
+    ISP_PHANTOMS,
+    ISP_PHANTOMS6,
+    ISP_RANGE,
+    ISP_RANGE6,
+)
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 PHANTOM_SUBNET = ISP_PHANTOMS
+PHANTOMS = f"{ISP_PHANTOMS},{ISP_PHANTOMS6}"  # one weighted group, both families
 STATION_PORT = 41245
 DEFAULT_FRONT = "front.lab"
 
@@ -46,7 +55,7 @@ class ConjurePlugin(LabPlugin):
                    "transport to a phantom in the ISP's unused space, our station in the ISP")
 
     def check_options(self, options: dict[str, Any]) -> None:
-        known = {"transport", "prefix", "reg_delay", "front"}
+        known = {"transport", "prefix", "reg_delay", "front", "v6"}
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
@@ -55,13 +64,16 @@ class ConjurePlugin(LabPlugin):
             raise ValueError("transport must be min, prefix or obfs4")
         if options.get("prefix", 1) not in PREFIXES:
             raise ValueError(f"prefix must be one of {sorted(PREFIXES)}")
+        if not isinstance(options.get("v6", False), bool):
+            raise ValueError("v6 must be true or false")
         delay = options.get("reg_delay", 0.75)
         if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= 10:
             raise ValueError("reg_delay must be a number of seconds from 0 to 10")
 
     def extend_topology(self, topology: Topology, options: dict[str, Any]) -> None:
-        if ISP_RANGE not in topology.nodes["isp"].extra_prefixes:
-            topology.add_prefix("isp", ISP_RANGE)
+        for prefix in (ISP_RANGE, ISP_RANGE6):
+            if prefix not in topology.nodes["isp"].extra_prefixes:
+                topology.add_prefix("isp", prefix)
 
     def _station_key(self, ctx: CellContext) -> tuple[Path, bytes]:
         path = ctx.workdir / "conjure-station.key"
@@ -74,8 +86,10 @@ class ConjurePlugin(LabPlugin):
         isp = ctx.lab.addr("isp")
         key, _ = self._station_key(ctx)
         return [Service("conjure-station", "isp", ctx.py(
-            "transports.conjure.station", "--phantoms", PHANTOM_SUBNET,
-            "--listen", f"{isp}:{STATION_PORT}", "--registrar", f"{isp}:{CONJURE_REGISTRAR_PORT}",
+            "transports.conjure.station", "--phantoms", PHANTOMS,
+            "--listen", f"{isp}:{STATION_PORT}",
+            "--listen6", f"[{ctx.lab.addr('isp', v6=True)}]:{STATION_PORT}",
+            "--registrar", f"{isp}:{CONJURE_REGISTRAR_PORT}",
             "--trusted-edge", ctx.lab.addr("cdn"), "--private-key", str(key)))]
 
     def clients(self, ctx: CellContext) -> list[Service]:
@@ -87,7 +101,8 @@ class ConjurePlugin(LabPlugin):
         up_host, up_port = ctx.upstream
         args = {"url": f"https://{CONJURE_EDGE_NAME}/api/register",
                 "transport": ctx.options.get("transport", self.default_transport),
-                "phantoms": PHANTOM_SUBNET, "generation": "1",
+                "phantoms": PHANTOMS, "generation": "1",
+                "v6": "1" if ctx.options.get("v6") else "0",
                 "covert": f"{up_host}:{up_port}",
                 "reg-delay": str(ctx.options.get("reg_delay", 0.75))}
         if args["transport"] == "prefix":

@@ -4,6 +4,7 @@ ISP's unused space, reach the covert destination through our station."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import sys
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
 from ptlab import plugins
-from ptlab.labservices import ISP_RANGE
+from ptlab.labservices import ISP_PHANTOMS6, ISP_RANGE
 from ptlab.plugins.conjure import PHANTOM_SUBNET, STATION_PORT
 from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
 from transports.conjure.registration import build_registration, new_secret
@@ -38,6 +39,17 @@ def test_each_transport_moves_20_mb_byte_exact_through_a_phantom(lab, transport)
     assert '"event": "registration"' in log and f'"transport": "{transport}"' in log
     if transport == "prefix":  # GET / HTTP/1.1 then the tag, on the prefix's port 80
         assert '"port": 80' in log
+
+
+@pytest.mark.lab
+def test_an_ipv6_phantom_in_2001_db8(lab):
+    row = run(lab, v6=True)
+    assert row.status == "reachable", row.error
+    cells = sorted((lab.out_dir / "cells").glob("conjure__none*"), key=lambda d: d.stat().st_mtime)
+    log = (cells[-1] / "conjure-station.log").read_text()
+    reg = next(json.loads(line) for line in log.splitlines() if '"registration"' in line)
+    assert ipaddress.ip_address(reg["phantoms"][0]) in ipaddress.ip_network(ISP_PHANTOMS6)
+    assert ipaddress.ip_address(reg["client"]).version == 6
 
 
 def test_bad_options_are_named():
