@@ -1,0 +1,372 @@
+"""ScrambleSuit as a transport: the server obfs4proxy's client talks to, and our client.
+
+Server (``wrap``): read the client's first bytes until they form a session-ticket
+redemption (tried first: a ticket only our keys open) or a UniformDH handshake
+under k_B; answer a UniformDH handshake with the server's half (a redemption
+needs no answer); then send a fresh ticket (new-ticket frame: master key and
+ticket for the next connection) and the server's PRNG seed, and carry the
+stream in frames. Until a handshake verifies, nothing is sent: the server
+reads and discards until the peer closes or the unauthenticated timeout (300 s
+plus jitter, as obfs4's) passes, whatever arrives. Replayed handshakes and
+tickets are refused the same way.
+
+Shaping: each burst of frames is padded so that its last segment has a length
+drawn from a distribution seeded by the server's PRNG seed (obfs4's weighted
+distribution over 21-1448 bytes, biased; the client adopts the seed on the
+PRNG-seed frame), as obfs4proxy's client pads its own bursts.
+
+Client (``dial``): a ticket from the state directory's store if one is valid
+(``scramblesuit_tickets.json``, obfs4proxy's file and format), else UniformDH;
+new tickets are stored for the next connection.
+
+The inner streams are one end of a socket pair; the other end is pumped
+through the framing in both directions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transports.base import Streams, Transport, TransportError
+from transports.obfs4.probdist import WeightedDist
+
+from .framing import (
+    FLAG_NEW_TICKET,
+    FLAG_PAYLOAD,
+    FLAG_PRNG_SEED,
+    MAX_SEGMENT,
+    OVERHEAD,
+    PRNG_SEED_LENGTH,
+    Decoder,
+    Encoder,
+    session_keys,
+)
+from .handshake import (
+    MAX_HANDSHAKE,
+    SECRET_LENGTH,
+    ClientHandshake,
+    HandshakeError,
+    parse_client_hello,
+    server_response,
+)
+from .tickets import KEY_LENGTH, TICKET_LENGTH, TicketIssuer, parse_ticket_hello, ticket_handshake
+
+PASSWORD_ARG = "password"
+SECRET_FILE = "scramblesuit_password"
+TICKET_STORE = "scramblesuit_tickets.json"
+MIN_LEN, MAX_LEN = 21, MAX_SEGMENT
+READ_SIZE = 65536
+
+
+def encode_password(k_b: bytes) -> str:
+    return base64.b32encode(k_b).decode("ascii")
+
+
+def decode_password(text: str) -> bytes:
+    try:
+        raw = base64.b32decode(text.strip(), casefold=False)
+    except (binascii.Error, ValueError) as exc:
+        raise TransportError(f"scramblesuit: password is not base32: {exc}") from None
+    if len(raw) != SECRET_LENGTH:
+        raise TransportError(f"scramblesuit: password must decode to {SECRET_LENGTH} bytes")
+    return raw
+
+
+def _seed_dist(seed: bytes) -> WeightedDist:
+    return WeightedDist(seed[:24], MIN_LEN, MAX_LEN, biased=True)
+
+
+def pad_length(burst_len: int, sample: int) -> int:
+    """Padding after a burst so its last segment is ``sample`` bytes (0: none)."""
+    tail = burst_len % MAX_SEGMENT
+    pad = sample - tail if sample >= tail else (MAX_SEGMENT - tail) + sample
+    if 0 < pad < OVERHEAD:
+        pad += MAX_SEGMENT
+    return pad
+
+
+class Session:
+    """Pumps between the network and the application's end of a socket pair."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 enc: Encoder, dec: Decoder, dist: WeightedDist,
+                 on_ticket: Callable[[bytes], None] | None = None) -> None:
+        self.reader, self.writer = reader, writer
+        self.enc, self.dec, self.dist = enc, dec, dist
+        self.on_ticket = on_ticket
+
+    async def start(self, leftover: bytes, first: bytes = b"") -> Streams:
+        ours, theirs = socket.socketpair()
+        app_r, app_w = await asyncio.open_connection(sock=ours, limit=READ_SIZE)
+        if first:
+            self.writer.write(first)
+        task = asyncio.create_task(self._run(app_r, app_w, leftover))
+        _sessions.add(task)
+        task.add_done_callback(_sessions.discard)
+        return await asyncio.open_connection(sock=theirs, limit=1 << 20)
+
+    def _handle(self, frames: list[tuple[int, bytes]], app_w: asyncio.StreamWriter) -> None:
+        for flags, data in frames:
+            if flags == FLAG_PAYLOAD:
+                if data:
+                    app_w.write(data)
+            elif flags == FLAG_NEW_TICKET and self.on_ticket is not None:
+                self.on_ticket(data)
+            elif flags == FLAG_PRNG_SEED and len(data) == PRNG_SEED_LENGTH:
+                self.dist.reset(data[:24])
+
+    async def _down(self, app_w: asyncio.StreamWriter, leftover: bytes) -> None:
+        data = leftover
+        while True:
+            if data:
+                self._handle(self.dec.feed(data), app_w)
+                await app_w.drain()
+            data = await self.reader.read(READ_SIZE)
+            if not data:
+                return
+
+    async def _up(self, app_r: asyncio.StreamReader) -> None:
+        while data := await app_r.read(READ_SIZE):
+            burst = self.enc.payload(data)
+            burst += self.enc.padding(pad_length(len(burst), self.dist.sample()))
+            self.writer.write(burst)
+            await self.writer.drain()
+
+    async def _run(self, app_r: asyncio.StreamReader, app_w: asyncio.StreamWriter,
+                   leftover: bytes) -> None:
+        down = asyncio.create_task(self._down(app_w, leftover))
+        up = asyncio.create_task(self._up(app_r))
+        try:
+            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for t in (down, up):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.gather(down, up, return_exceptions=True)
+            for w in (app_w, self.writer):
+                with contextlib.suppress(Exception):
+                    w.close()
+
+
+_sessions: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class ServerPolicy:
+    handshake_timeout_s: float = 60.0
+    unauth_timeout_s: float = 300.0
+    unauth_jitter_s: float = 60.0
+
+
+@dataclass
+class ScrambleSuitServerFactory:
+    k_b: bytes
+    tickets: TicketIssuer
+    prng_seed: bytes = field(default_factory=lambda: os.urandom(PRNG_SEED_LENGTH))
+    policy: ServerPolicy = field(default_factory=ServerPolicy)
+    clock: Callable[[], float] = time.time
+    failures: dict[str, int] = field(default_factory=dict)
+    _seen: set[bytes] = field(default_factory=set)
+
+    def smethod_args(self) -> dict[str, str]:
+        return {PASSWORD_ARG: encode_password(self.k_b)}
+
+    def _replayed(self, mac: bytes) -> bool:
+        if mac in self._seen:
+            return True
+        self._seen.add(mac)
+        return False
+
+    async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
+        start = asyncio.get_running_loop().time()
+        try:
+            master, consumed, buf, response = await asyncio.wait_for(
+                self._handshake(reader), self.policy.handshake_timeout_s)
+        except (HandshakeError, TimeoutError, ConnectionError) as exc:
+            reason = str(exc).split(":")[0] or type(exc).__name__
+            self.failures[reason] = self.failures.get(reason, 0) + 1
+            await self._stay_silent(reader, writer, start)
+            raise TransportError(f"scramblesuit handshake failed: {reason}") from None
+        c2s, s2c = session_keys(master)
+        enc = Encoder(s2c)
+        next_master, ticket = self.tickets.new_ticket()
+        first = response + enc.frame(FLAG_NEW_TICKET, next_master + ticket) + \
+            enc.frame(FLAG_PRNG_SEED, self.prng_seed)
+        session = Session(reader, writer, enc, Decoder(c2s), _seed_dist(self.prng_seed))
+        return await session.start(buf[consumed:], first)
+
+    async def _handshake(self, reader: asyncio.StreamReader) -> tuple[bytes, int, bytes, bytes]:
+        buf = b""
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise ConnectionError("EOF before a valid handshake")
+            buf += data
+            now = self.clock()
+            ticket = parse_ticket_hello(buf, self.tickets, now)
+            if ticket is not None:
+                return ticket.master, ticket.consumed, buf, b""
+            hello = parse_client_hello(buf, self.k_b, now, self._replayed)
+            if hello is not None:
+                response, master = server_response(self.k_b, hello)
+                return master, hello.consumed, buf, response
+            if len(buf) > MAX_HANDSHAKE:
+                raise HandshakeError("no handshake in the maximum length")
+
+    async def _stay_silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           start: float) -> None:
+        """Discard everything until the peer closes or the (jittered) deadline passes."""
+        loop = asyncio.get_running_loop()
+        deadline = start + self.policy.unauth_timeout_s + \
+            random.uniform(0, self.policy.unauth_jitter_s)
+        with contextlib.suppress(Exception):
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    if not await asyncio.wait_for(reader.read(READ_SIZE), left):
+                        break
+                except TimeoutError:
+                    break
+        writer.close()
+
+
+class TicketStore:
+    """obfs4proxy's client ticket store: ``{addr: {"key-ticket": base32, "issuedAt": s}}``."""
+
+    LIFETIME_S = 7 * 24 * 3600
+
+    def __init__(self, path: Path | None, clock: Callable[[], float] = time.time) -> None:
+        self.path, self.clock = path, clock
+
+    def _load(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            doc = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _save(self, doc: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+
+    def take(self, addr: str) -> tuple[bytes, bytes] | None:
+        """(master key, ticket) for ``addr``, used up; None when none is valid."""
+        doc = self._load()
+        entry = doc.pop(addr, None)
+        self._save(doc)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            raw = base64.b32decode(entry["key-ticket"])
+            issued = float(entry["issuedAt"])
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            return None
+        if len(raw) != KEY_LENGTH + TICKET_LENGTH or issued + self.LIFETIME_S <= self.clock():
+            return None
+        return raw[:KEY_LENGTH], raw[KEY_LENGTH:]
+
+    def put(self, addr: str, key_ticket: bytes) -> None:
+        if len(key_ticket) != KEY_LENGTH + TICKET_LENGTH:
+            return
+        doc = self._load()
+        doc[addr] = {"key-ticket": base64.b32encode(key_ticket).decode(),
+                     "issuedAt": int(self.clock())}
+        self._save(doc)
+
+
+@dataclass
+class ScrambleSuitClientFactory:
+    k_b: bytes
+    store: TicketStore
+    clock: Callable[[], float] = time.time
+    timeout_s: float = 60.0
+
+    async def dial(self, host: str, port: int) -> Streams:
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
+                ticket = self.store.take(addr)
+                if ticket is not None:
+                    master, blob = ticket
+                    writer.write(ticket_handshake(blob, master, self.clock()))
+                    leftover = b""
+                else:
+                    hs = ClientHandshake(self.k_b, now=self.clock)
+                    writer.write(hs.generate())
+                    buf = b""
+                    while (done := hs.parse_server(buf)) is None:
+                        data = await reader.read(READ_SIZE)
+                        if not data:
+                            raise TransportError("scramblesuit: server closed the handshake")
+                        buf += data
+                    consumed, master = done
+                    leftover = buf[consumed:]
+        except (HandshakeError, OSError, TimeoutError) as exc:
+            raise TransportError(f"scramblesuit: {exc or type(exc).__name__}") from None
+        c2s, s2c = session_keys(master)
+        dist = _seed_dist(os.urandom(PRNG_SEED_LENGTH))
+        session = Session(reader, writer, Encoder(c2s), Decoder(s2c), dist,
+                          on_ticket=lambda kt: self.store.put(addr, kt))
+        return await session.start(leftover)
+
+
+def load_or_create_secret(state_dir: Path) -> bytes:
+    path = state_dir / SECRET_FILE
+    try:
+        return decode_password(path.read_text())
+    except FileNotFoundError:
+        pass
+    k_b = os.urandom(SECRET_LENGTH)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(encode_password(k_b) + "\n")
+    return k_b
+
+
+@dataclass(frozen=True)
+class ScrambleSuit(Transport):
+    def client_factory(self, state_dir: Path | None,
+                       args: Mapping[str, str]) -> ScrambleSuitClientFactory:
+        if PASSWORD_ARG not in args:
+            raise TransportError(f"scramblesuit: missing argument '{PASSWORD_ARG}'")
+        store = TicketStore(state_dir / TICKET_STORE if state_dir else None)
+        return ScrambleSuitClientFactory(decode_password(args[PASSWORD_ARG]), store)
+
+    def server_factory(self, state_dir: Path | None,
+                       args: Mapping[str, str]) -> ScrambleSuitServerFactory:
+        if state_dir is None:
+            raise TransportError("scramblesuit server needs a state directory")
+        k_b = decode_password(args[PASSWORD_ARG]) if PASSWORD_ARG in args else \
+            load_or_create_secret(state_dir)
+        try:
+            tickets = TicketIssuer.load_or_create(state_dir)
+            policy = ServerPolicy(**{attr: float(args[key]) for key, attr in (
+                ("handshake-timeout", "handshake_timeout_s"),
+                ("unauth-timeout", "unauth_timeout_s"),
+                ("unauth-jitter", "unauth_jitter_s")) if key in args})
+        except ValueError as exc:
+            raise TransportError(f"scramblesuit server: {exc}") from None
+        return ScrambleSuitServerFactory(k_b, tickets, policy=policy)
+
+
+TRANSPORT = ScrambleSuit("scramblesuit")
