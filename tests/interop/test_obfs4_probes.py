@@ -39,6 +39,10 @@ from censor_sim.prober.verdict import looks_like, summarize
 from transports.obfs4.elligator2 import new_keypair
 from transports.obfs4.handshake import ClientHandshake
 from transports.obfs4.statefile import parse_cert
+from transports.scramblesuit.framing import FLAG_NEW_TICKET, Decoder, session_keys
+from transports.scramblesuit.handshake import ClientHandshake as SSClientHandshake
+from transports.scramblesuit.tickets import ticket_handshake
+from transports.scramblesuit.transport import decode_password
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -81,12 +85,13 @@ def parse_smethod(line: str) -> tuple[int, dict[str, str]]:
     return port, args
 
 
-async def start_bridge(name: str, argv: list[str], state: Path, orport: int) -> Bridge:
+async def start_bridge(name: str, argv: list[str], state: Path, orport: int,
+                       transport: str = "obfs4") -> Bridge:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "TOR_PT_MANAGED_TRANSPORT_VER": "1",
-        "TOR_PT_SERVER_TRANSPORTS": "obfs4",
-        "TOR_PT_SERVER_BINDADDR": "obfs4-127.0.0.1:0",
+        "TOR_PT_SERVER_TRANSPORTS": transport,
+        "TOR_PT_SERVER_BINDADDR": f"{transport}-127.0.0.1:0",
         "TOR_PT_ORPORT": f"127.0.0.1:{orport}",
         "TOR_PT_STATE_LOCATION": str(state),
         "TOR_PT_EXIT_ON_STDIN_CLOSE": "1",
@@ -104,15 +109,18 @@ async def start_bridge(name: str, argv: list[str], state: Path, orport: int) -> 
         if not raw:
             break
         lines.append(line)
-        if line.startswith("SMETHOD obfs4 "):
+        if line.startswith(f"SMETHOD {transport} "):
             smethod = line
         if line == "SMETHODS DONE" or "ERROR" in line:
             break
     if smethod is None:
         await stop_proc(proc)
-        pytest.fail(f"{name} did not report an obfs4 SMETHOD: {lines}")
+        pytest.fail(f"{name} did not report a {transport} SMETHOD: {lines}")
     port, args = parse_smethod(smethod)
-    node_id, public_key = parse_cert(args["cert"])
+    if transport == "obfs4":
+        node_id, public_key = parse_cert(args["cert"])
+    else:  # ScrambleSuit: the password is the secret; keep it where the key would be
+        node_id, public_key = b"", decode_password(args["password"])
     bridge = Bridge(name, proc, port, node_id, public_key, lines)
 
     async def keep_reading() -> None:  # LOG lines must not fill the pipe
@@ -202,6 +210,47 @@ def probes_for(bridge: Bridge, captured: bytes, other: Bridge) -> list[Probe]:
     return probes
 
 
+async def scramblesuit_for_real(bridge: Bridge) -> tuple[bytes, bytes]:
+    """A genuine UniformDH handshake (its bytes), and a genuine ticket redemption built
+    from the ticket the server then sent; both are replayed later."""
+    k_b = bridge.public_key
+    hs = SSClientHandshake(k_b, pad_len=300)
+    hello = hs.generate()
+    reader, writer = await asyncio.open_connection("127.0.0.1", bridge.port)
+    try:
+        writer.write(hello)
+        buf = b""
+        while (done := hs.parse_server(buf)) is None:
+            chunk = await asyncio.wait_for(reader.read(8192), 10)
+            assert chunk, "our ScrambleSuit server closed instead of answering"
+            buf += chunk
+        consumed, master = done
+        dec = Decoder(session_keys(master)[1])
+        frames = dec.feed(buf[consumed:])
+        while not any(f == FLAG_NEW_TICKET for f, _ in frames):
+            frames += dec.feed(await asyncio.wait_for(reader.read(8192), 10))
+        key_ticket = next(d for f, d in frames if f == FLAG_NEW_TICKET)
+    finally:
+        writer.close()
+    redemption = ticket_handshake(key_ticket[32:], key_ticket[:32], time.time(), pad_len=100)
+    reader, writer = await asyncio.open_connection("127.0.0.1", bridge.port)
+    writer.write(redemption)  # redeemed once, for real: the probe replays it
+    await asyncio.sleep(0.5)
+    writer.close()
+    return hello, redemption
+
+
+def scramblesuit_probes(captured: tuple[bytes, bytes]) -> list[Probe]:
+    rng = random.Random(2014)
+    probes = frolov_suite(seed=2014)
+    probes += [Probe(f"rand-{n}", rng.randbytes(n)) for n in EXTRA_RANDOM_SIZES]
+    wrong = SSClientHandshake(os.urandom(20), pad_len=200).generate()
+    probes.append(Probe("wrong-password", wrong))
+    probes.append(replay_probe("replay-udh", captured[0]))
+    probes.append(replay_probe("replay-ticket", captured[1]))
+    return probes
+
+
 def table(name: str, results: list[ProbeResult]) -> str:
     rows = [f"{name}: {looks_like(results)}"]
     for r in results:
@@ -213,10 +262,12 @@ def table(name: str, results: list[ProbeResult]) -> str:
 
 @pytest.mark.skipif(OBFS4PROXY is None, reason="obfs4proxy not installed")
 async def test_frolov_suite_ours_never_closes_obfs4proxy_closes_at_its_threshold(tmp_path):
+    """obfs4 (ours and obfs4proxy's) and our ScrambleSuit server, one 100 s batch."""
     assert OBFS4PROXY is not None
     t0 = time.monotonic()
     async with echo_orport() as orport:
         ours = await start_bridge("ours", OURS, tmp_path / "ours", orport)
+        ss = await start_bridge("scramblesuit", OURS, tmp_path / "ss", orport, "scramblesuit")
         try:
             theirs = await start_bridge("obfs4proxy", [OBFS4PROXY], tmp_path / "obfs4proxy",
                                         orport)
@@ -225,18 +276,18 @@ async def test_frolov_suite_ours_never_closes_obfs4proxy_closes_at_its_threshold
                 batches = {
                     "ours": probes_for(ours, captured["ours"], theirs),
                     "obfs4proxy": probes_for(theirs, captured["obfs4proxy"], ours),
+                    "scramblesuit": scramblesuit_probes(await scramblesuit_for_real(ss)),
                 }
                 started = time.monotonic()
-                ours_results, theirs_results = await asyncio.gather(
-                    run_suite("127.0.0.1", ours.port, batches["ours"], WATCH_S,
-                              concurrency=len(batches["ours"])),
-                    run_suite("127.0.0.1", theirs.port, batches["obfs4proxy"], WATCH_S,
-                              concurrency=len(batches["obfs4proxy"])))
+                ours_results, theirs_results, ss_results = await asyncio.gather(*(
+                    run_suite("127.0.0.1", b.port, batches[b.name], WATCH_S,
+                              concurrency=len(batches[b.name])) for b in (ours, theirs, ss)))
                 batch_s = time.monotonic() - started
             finally:
                 await stop(theirs)
         finally:
             await stop(ours)
+            await stop(ss)
 
     ours_summary, theirs_summary = summarize(ours_results), summarize(theirs_results)
     print()
@@ -264,5 +315,14 @@ async def test_frolov_suite_ours_never_closes_obfs4proxy_closes_at_its_threshold
     threshold = theirs_summary["fin_threshold_s"]
     assert threshold is not None and 29.5 <= threshold < 90.5, theirs_summary
     assert looks_like(theirs_results) == "closes-at-threshold"
+
+    # Our ScrambleSuit server, in the same batch: the same silence, replayed UniformDH
+    # handshakes and tickets and a wrong password included.
+    print(table("scramblesuit", ss_results))
+    assert len(ss_results) == len(batches["scramblesuit"])
+    for r in ss_results:
+        assert r.connected and r.response_len == 0, summarize(ss_results)
+        assert r.close == "TIMEOUT" and r.error is None, summarize(ss_results)
+    assert looks_like(ss_results) == "silent-timeout"
 
     assert WATCH_S <= batch_s < WATCH_S + 5
