@@ -30,9 +30,13 @@ class ManagedPTPlugin(LabPlugin):
     """
 
     def __init__(self, name: str, transport: str, implementations: dict[str, list[str]],
-                 default: str, description: str) -> None:
+                 default: str, description: str, client: str | None = None,
+                 servers: tuple[str, ...] | None = None) -> None:
         self.name, self.transport, self.description = name, transport, description
         self.implementations, self.default = implementations, default
+        # Per-side defaults and, where a peer has no server, who may serve.
+        self.defaults = {"client": client or default, "server": default}
+        self.servers_allowed = servers
 
     def check_options(self, options: dict[str, Any]) -> None:
         known = {"iat_mode", "client", "server"}
@@ -43,17 +47,20 @@ class ManagedPTPlugin(LabPlugin):
         if options.get("iat_mode", 0) not in (0, 1, 2):
             raise ValueError("iat_mode must be 0, 1 or 2")
         for side in ("client", "server"):
-            impl = options.get(side, self.default)
+            impl = options.get(side, self.defaults[side])
             if impl not in self.implementations:
                 raise ValueError(f"{side}: unknown implementation {impl!r} "
                                  f"(known: {', '.join(self.implementations)})")
+            if side == "server" and self.servers_allowed and impl not in self.servers_allowed:
+                raise ValueError(f"server: {impl} has no {self.transport} server "
+                                 f"(servers: {', '.join(self.servers_allowed)})")
             binary = self.implementations[impl][0]
             if shutil.which(binary) is None:
                 raise ValueError(f"{side}: needs {binary}, which is not installed "
                                  f"(scripts/setup)")
 
     def _cmd(self, ctx: CellContext, side: str) -> list[str]:
-        return self.implementations[ctx.options.get(side, self.default)]
+        return self.implementations[ctx.options.get(side, self.defaults[side])]
 
     def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
         return ctx.py("ptlab.ptparent", role, "--transport", self.transport,
@@ -96,3 +103,11 @@ OBFS4 = ManagedPTPlugin("obfs4", "obfs4", OBFS4_IMPLEMENTATIONS, "ptlab",
                         "ptlab's obfs4 in Tor PT managed mode (either side swappable)")
 OBFS4PROXY = ManagedPTPlugin("obfs4proxy", "obfs4", OBFS4_IMPLEMENTATIONS, "obfs4proxy",
                              "Debian's obfs4proxy, the reference implementation")
+# obfs4proxy 0.0.14 ships ScrambleSuit's client only: our server on both rows.
+SCRAMBLESUIT = ManagedPTPlugin("scramblesuit", "scramblesuit", OBFS4_IMPLEMENTATIONS, "ptlab",
+                               "ptlab's ScrambleSuit (UniformDH, session tickets) in Tor PT "
+                               "managed mode", servers=("ptlab",))
+SCRAMBLESUIT_OBFS4PROXY = ManagedPTPlugin(
+    "scramblesuit-obfs4proxy", "scramblesuit", OBFS4_IMPLEMENTATIONS, "ptlab",
+    "Debian obfs4proxy's ScrambleSuit client against our server", client="obfs4proxy",
+    servers=("ptlab",))

@@ -40,3 +40,22 @@ def test_bad_options_are_named():
         p.check_options({"client": "lyrebird"})
     with pytest.raises(ValueError, match="unknown option 'iat'"):
         p.check_options({"iat": 1})
+
+
+@pytest.mark.lab
+@needs_obfs4proxy
+@pytest.mark.parametrize("row", ["scramblesuit", "scramblesuit-obfs4proxy"])
+def test_scramblesuit_rows_are_reachable_and_blocked_by_the_blocklist(lab, row):
+    lab.spec.transports[row] = {}
+    try:
+        ok = lab.run_cell(row, "none", bulk_size=2_000_000)
+        blocked = lab.run_cell(row, "ip-blocklist")
+    finally:
+        lab.spec.transports.pop(row)
+    assert ok.status == "reachable", ok.error
+    assert blocked.status == "blocked" and blocked.detector == "ip_blocklist"
+
+
+def test_scramblesuit_has_no_obfs4proxy_server():
+    with pytest.raises(ValueError, match="obfs4proxy has no scramblesuit server"):
+        plugins.get("scramblesuit").check_options({"server": "obfs4proxy"})
