@@ -10,10 +10,8 @@ reads and discards until the peer closes or the unauthenticated timeout (300 s
 plus jitter, as obfs4's) passes, whatever arrives. Replayed handshakes and
 tickets are refused the same way.
 
-Shaping: each burst of frames is padded so that its last segment has a length
-drawn from a distribution seeded by the server's PRNG seed (obfs4's weighted
-distribution over 21-1448 bytes, biased; the client adopts the seed on the
-PRNG-seed frame), as obfs4proxy's client pads its own bursts.
+Shaping (:mod:`.shaping`): bursts padded to seeded lengths, and with
+``iat-mode=1`` sent a segment at a time with seeded gaps.
 
 Client (``dial``): a ticket from the state directory's store if one is valid
 (``scramblesuit_tickets.json``, obfs4proxy's file and format), else UniformDH;
@@ -40,14 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from transports.base import Streams, Transport, TransportError
-from transports.obfs4.probdist import WeightedDist
 
 from .framing import (
     FLAG_NEW_TICKET,
     FLAG_PAYLOAD,
     FLAG_PRNG_SEED,
     MAX_SEGMENT,
-    OVERHEAD,
     PRNG_SEED_LENGTH,
     Decoder,
     Encoder,
@@ -61,12 +57,12 @@ from .handshake import (
     parse_client_hello,
     server_response,
 )
+from .shaping import Shaping
 from .tickets import KEY_LENGTH, TICKET_LENGTH, TicketIssuer, parse_ticket_hello, ticket_handshake
 
 PASSWORD_ARG = "password"
 SECRET_FILE = "scramblesuit_password"
 TICKET_STORE = "scramblesuit_tickets.json"
-MIN_LEN, MAX_LEN = 21, MAX_SEGMENT
 READ_SIZE = 65536
 
 
@@ -84,27 +80,14 @@ def decode_password(text: str) -> bytes:
     return raw
 
 
-def _seed_dist(seed: bytes) -> WeightedDist:
-    return WeightedDist(seed[:24], MIN_LEN, MAX_LEN, biased=True)
-
-
-def pad_length(burst_len: int, sample: int) -> int:
-    """Padding after a burst so its last segment is ``sample`` bytes (0: none)."""
-    tail = burst_len % MAX_SEGMENT
-    pad = sample - tail if sample >= tail else (MAX_SEGMENT - tail) + sample
-    if 0 < pad < OVERHEAD:
-        pad += MAX_SEGMENT
-    return pad
-
-
 class Session:
     """Pumps between the network and the application's end of a socket pair."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 enc: Encoder, dec: Decoder, dist: WeightedDist,
+                 enc: Encoder, dec: Decoder, shaping: Shaping,
                  on_ticket: Callable[[bytes], None] | None = None) -> None:
         self.reader, self.writer = reader, writer
-        self.enc, self.dec, self.dist = enc, dec, dist
+        self.enc, self.dec, self.shaping = enc, dec, shaping
         self.on_ticket = on_ticket
 
     async def start(self, leftover: bytes, first: bytes = b"") -> Streams:
@@ -125,7 +108,7 @@ class Session:
             elif flags == FLAG_NEW_TICKET and self.on_ticket is not None:
                 self.on_ticket(data)
             elif flags == FLAG_PRNG_SEED and len(data) == PRNG_SEED_LENGTH:
-                self.dist.reset(data[:24])
+                self.shaping.reseed(data)
 
     async def _down(self, app_w: asyncio.StreamWriter, leftover: bytes) -> None:
         data = leftover
@@ -140,9 +123,15 @@ class Session:
     async def _up(self, app_r: asyncio.StreamReader) -> None:
         while data := await app_r.read(READ_SIZE):
             burst = self.enc.payload(data)
-            burst += self.enc.padding(pad_length(len(burst), self.dist.sample()))
-            self.writer.write(burst)
-            await self.writer.drain()
+            burst += self.enc.padding(self.shaping.pad_length(len(burst)))
+            if not self.shaping.iat_mode:
+                self.writer.write(burst)
+                await self.writer.drain()
+                continue
+            for i in range(0, len(burst), MAX_SEGMENT):
+                self.writer.write(burst[i:i + MAX_SEGMENT])
+                await self.writer.drain()
+                await asyncio.sleep(self.shaping.gap_s())
 
     async def _run(self, app_r: asyncio.StreamReader, app_w: asyncio.StreamWriter,
                    leftover: bytes) -> None:
@@ -179,6 +168,7 @@ class ScrambleSuitServerFactory:
     prng_seed: bytes = field(default_factory=lambda: os.urandom(PRNG_SEED_LENGTH))
     policy: ServerPolicy = field(default_factory=ServerPolicy)
     clock: Callable[[], float] = time.time
+    iat_mode: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     _seen: set[bytes] = field(default_factory=set)
 
@@ -206,7 +196,8 @@ class ScrambleSuitServerFactory:
         next_master, ticket = self.tickets.new_ticket()
         first = response + enc.frame(FLAG_NEW_TICKET, next_master + ticket) + \
             enc.frame(FLAG_PRNG_SEED, self.prng_seed)
-        session = Session(reader, writer, enc, Decoder(c2s), _seed_dist(self.prng_seed))
+        session = Session(reader, writer, enc, Decoder(c2s),
+                          Shaping(self.prng_seed, self.iat_mode))
         return await session.start(buf[consumed:], first)
 
     async def _handshake(self, reader: asyncio.StreamReader) -> tuple[bytes, int, bytes, bytes]:
@@ -323,8 +314,8 @@ class ScrambleSuitClientFactory:
         except (HandshakeError, OSError, TimeoutError) as exc:
             raise TransportError(f"scramblesuit: {exc or type(exc).__name__}") from None
         c2s, s2c = session_keys(master)
-        dist = _seed_dist(os.urandom(PRNG_SEED_LENGTH))
-        session = Session(reader, writer, Encoder(c2s), Decoder(s2c), dist,
+        session = Session(reader, writer, Encoder(c2s), Decoder(s2c),
+                          Shaping(os.urandom(PRNG_SEED_LENGTH)),
                           on_ticket=lambda kt: self.store.put(addr, kt))
         return await session.start(leftover)
 
@@ -366,7 +357,10 @@ class ScrambleSuit(Transport):
                 ("unauth-jitter", "unauth_jitter_s")) if key in args})
         except ValueError as exc:
             raise TransportError(f"scramblesuit server: {exc}") from None
-        return ScrambleSuitServerFactory(k_b, tickets, policy=policy)
+        iat = args.get("iat-mode", "0")
+        if iat not in ("0", "1"):
+            raise TransportError("scramblesuit server: iat-mode must be 0 or 1")
+        return ScrambleSuitServerFactory(k_b, tickets, policy=policy, iat_mode=int(iat))
 
 
 TRANSPORT = ScrambleSuit("scramblesuit")
