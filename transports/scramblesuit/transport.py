@@ -62,6 +62,7 @@ from .tickets import KEY_LENGTH, TICKET_LENGTH, TicketIssuer, parse_ticket_hello
 
 PASSWORD_ARG = "password"
 SECRET_FILE = "scramblesuit_password"
+BRIDGE_FILE = "scramblesuit_bridgeline.txt"
 TICKET_STORE = "scramblesuit_tickets.json"
 READ_SIZE = 65536
 
@@ -320,17 +321,26 @@ class ScrambleSuitClientFactory:
         return await session.start(leftover)
 
 
-def load_or_create_secret(state_dir: Path) -> bytes:
-    path = state_dir / SECRET_FILE
-    try:
-        return decode_password(path.read_text())
-    except FileNotFoundError:
-        pass
-    k_b = os.urandom(SECRET_LENGTH)
-    state_dir.mkdir(parents=True, exist_ok=True)
+def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(encode_password(k_b) + "\n")
+        f.write(text)
+
+
+def load_or_create_secret(state_dir: Path) -> bytes:
+    """k_B from the state directory (made on first start), and the bridge line an
+    operator hands out, as obfs4proxy's clients read it: ``password=`` in base32."""
+    path = state_dir / SECRET_FILE
+    try:
+        k_b = decode_password(path.read_text())
+    except FileNotFoundError:
+        k_b = os.urandom(SECRET_LENGTH)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        _write_private(path, encode_password(k_b) + "\n")
+    _write_private(state_dir / BRIDGE_FILE,
+                   "# scramblesuit torrc client bridge line: fill in the placeholders.\n"
+                   f"Bridge scramblesuit <IP ADDRESS>:<PORT> <FINGERPRINT> "
+                   f"{PASSWORD_ARG}={encode_password(k_b)}\n")
     return k_b
 
 

@@ -70,3 +70,13 @@ def test_gaps_are_seeded_and_bounded():
 @pytest.mark.parametrize("iat_mode", [0, 1])
 async def test_both_modes_deliver_byte_exact(iat_mode):
     await _transfer(iat_mode, 100_000)
+
+
+def test_the_server_keeps_its_password_and_writes_a_bridge_line(tmp_path):
+    from transports.scramblesuit.transport import TRANSPORT, decode_password
+    a = TRANSPORT.server_factory(tmp_path, {})
+    line = (tmp_path / "scramblesuit_bridgeline.txt").read_text().splitlines()[-1]
+    assert line.startswith("Bridge scramblesuit <IP ADDRESS>:<PORT> <FINGERPRINT> password=")
+    assert decode_password(line.rsplit("=", 1)[1]) == a.k_b
+    assert TRANSPORT.server_factory(tmp_path, {}).k_b == a.k_b  # kept across restarts
+    assert a.smethod_args()["password"] == line.rsplit("password=", 1)[1]
