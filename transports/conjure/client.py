@@ -19,7 +19,6 @@ A refused registration (HTTP 4xx with the station's reason) is a
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from transports.base import Streams, Transport, TransportError
 from transports.fronting import FrontingError, fronted
 from transports.httpbody import read_limited
 from transports.obfs4.transport import Obfs4ClientFactory
+from transports.pt.messages import format_addr
 
 from .phantom import (
     CURRENT_CLIENT_LIB_VERSION,
@@ -145,7 +145,7 @@ class ConjureClientFactory:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(address, phantom_port), CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
-            raise TransportError(f"conjure: phantom {_fmt(address, phantom_port)} did not "
+            raise TransportError(f"conjure: phantom {format_addr(address, phantom_port)} did not "
                                  f"answer: {exc or type(exc).__name__}") from None
         if args.transport == "prefix":
             assert args.station_public is not None
@@ -153,11 +153,6 @@ class ConjureClientFactory:
         else:
             writer.write(min_tag(secret))
         return reader, writer
-
-
-def _fmt(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else \
-        f"{address}:{port}"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ import aiohttp.abc
 from transports.base import Streams, Transport, TransportError
 from transports.fronting import FrontingError, fronted
 from transports.httpbody import read_limited
+from transports.pipes import spawn, stream_pair
 
 MAX_PAYLOAD = 0x10000
 INIT_POLL_S, MAX_POLL_S, POLL_MULTIPLIER = 0.100, 5.0, 1.5
@@ -267,12 +268,10 @@ class MeekClientFactory:
                  make_rt: Callable[[MeekArgs], RoundTripper] = round_tripper) -> None:
         self.args = args
         self.make_rt = make_rt
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def dial(self, host: str, port: int) -> Streams:  # noqa: ARG002 - meek ignores them
         rt = self.make_rt(self.args)
-        ours, theirs = socket.socketpair()
-        reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_PAYLOAD)
+        (reader, writer), inner = await stream_pair(MAX_PAYLOAD, 1 << 20)
         session = MeekSession(rt, reader, writer)
 
         async def run() -> None:
@@ -281,10 +280,8 @@ class MeekClientFactory:
             finally:
                 await rt.close()
 
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return await asyncio.open_connection(sock=theirs, limit=1 << 20)
+        spawn(run())
+        return inner
 
 
 @dataclass(frozen=True)

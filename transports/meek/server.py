@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +39,8 @@ from aiohttp import web
 
 from transports import weblisten
 from transports.hostport import split_hostport
+from transports.pipes import spawn, stream_pair
+from transports.pt.messages import format_addr
 from transports.weblisten import Listening
 
 log = logging.getLogger(__name__)
@@ -111,11 +112,6 @@ def _first_address(header: str | None) -> str | None:
         return str(ipaddress.ip_address(first.strip("[]")))
     except ValueError:
         return None
-
-
-def format_useraddr(ip: str) -> str:
-    """``IP:1`` (port 1 is a stub, as goptlib's DialOr gets it); IPv6 in brackets."""
-    return f"[{ip}]:1" if ":" in ip else f"{ip}:1"
 
 
 class MeekServer:
@@ -232,7 +228,7 @@ class MeekServer:
         fut: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
         self._opening[sid] = fut
         try:
-            addr = format_useraddr(self.client_ip(request))
+            addr = format_addr(self.client_ip(request), 1)  # port 1: goptlib's stub
             reader, writer = await self.dial(addr)
             session = Session(reader, writer, addr, self.clock())
             self.sessions[sid] = session
@@ -273,16 +269,10 @@ def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> 
     """A dial function that hands one end of a socket pair to ``handoff`` (managed
     mode's relay to tor's Extended ORPort) and keeps the other for the session."""
     async def dial(client_addr: str) -> Streams:
-        ours, theirs = socket.socketpair()
-        inner = await asyncio.open_connection(sock=theirs)
-        task = asyncio.create_task(handoff(inner, client_addr))
-        _handoffs.add(task)
-        task.add_done_callback(_handoffs.discard)
-        return await asyncio.open_connection(sock=ours)
+        session_end, inner = await stream_pair()
+        spawn(handoff(inner, client_addr))
+        return session_end
     return dial
-
-
-_handoffs: set[asyncio.Task[None]] = set()
 
 
 async def listen(server: MeekServer, host: str, port: int,

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import random
-import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from transports.base import Streams, Transport, TransportError
+from transports.pipes import spawn, stream_pair
+from transports.pt.messages import format_addr
 
 from .framing import (
     FLAG_NEW_TICKET,
@@ -92,14 +93,11 @@ class Session:
         self.on_ticket = on_ticket
 
     async def start(self, leftover: bytes, first: bytes = b"") -> Streams:
-        ours, theirs = socket.socketpair()
-        app_r, app_w = await asyncio.open_connection(sock=ours, limit=READ_SIZE)
+        (app_r, app_w), inner = await stream_pair(READ_SIZE, 1 << 20)
         if first:
             self.writer.write(first)
-        task = asyncio.create_task(self._run(app_r, app_w, leftover))
-        _sessions.add(task)
-        task.add_done_callback(_sessions.discard)
-        return await asyncio.open_connection(sock=theirs, limit=1 << 20)
+        spawn(self._run(app_r, app_w, leftover))
+        return inner
 
     def _handle(self, frames: list[tuple[int, bytes]], app_w: asyncio.StreamWriter) -> None:
         for flags, data in frames:
@@ -150,9 +148,6 @@ class Session:
             for w in (app_w, self.writer):
                 with contextlib.suppress(Exception):
                     w.close()
-
-
-_sessions: set[asyncio.Task[None]] = set()
 
 
 @dataclass
@@ -292,7 +287,7 @@ class ScrambleSuitClientFactory:
     timeout_s: float = 60.0
 
     async def dial(self, host: str, port: int) -> Streams:
-        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        addr = format_addr(host, port)  # the ticket store's key, as obfs4proxy's
         try:
             async with asyncio.timeout(self.timeout_s):
                 reader, writer = await asyncio.open_connection(host, port)
