@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..base import ClientFactory, ServerFactory, Streams, Transport, TransportError
+from ..silence import Gatekeeper, ServerPolicy
 from .drbg import DrbgSeed
 from .elligator2 import Keypair, new_keypair, public_key_from_private
 from .framing import Decoder, Encoder
@@ -97,16 +95,6 @@ class Obfs4ClientFactory:
                       shaping, is_server=False)
 
 
-@dataclass
-class ServerPolicy:
-    """The server's timers and limits (all parameters, so tests run them short)."""
-
-    handshake_timeout_s: float = 60.0
-    unauth_timeout_s: float = 300.0
-    unauth_jitter_s: float = 60.0
-    max_unauthenticated: int = 4096
-
-
 class Obfs4ServerFactory:
     """Accepts obfs4 for any of a set of server keys; silent to everyone else."""
 
@@ -121,8 +109,7 @@ class Obfs4ServerFactory:
         self.policy = policy or ServerPolicy()
         self.clock = clock
         self.replay = ReplayFilter()
-        self.unauthenticated: collections.OrderedDict[int, asyncio.StreamWriter] = \
-            collections.OrderedDict()
+        self.gate = Gatekeeper(self.policy)
         self.failures = collections.Counter()
         self.state: ServerState | None = None
 
@@ -136,19 +123,15 @@ class Obfs4ServerFactory:
         """Run the server handshake; ``initial`` is what was already read from the
         connection (Conjure's station reads it to find the registration)."""
         start = asyncio.get_running_loop().time()
-        token = id(writer)
-        self._admit(token, writer)
-        try:
+        with self.gate.admitted(writer):
             try:
                 hello, buf = await asyncio.wait_for(self._read_hello(reader, initial),
                                                     self.policy.handshake_timeout_s)
             except (HandshakeError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 reason = type(exc).__name__ if not str(exc) else str(exc)
                 self.failures[reason.split(":")[0]] += 1
-                await self._stay_silent(reader, writer, start)
+                await self.gate.stay_silent(reader, writer, start)
                 raise TransportError(f"obfs4 handshake failed: {reason}") from None
-        finally:
-            self.unauthenticated.pop(token, None)
         response, key_seed = server_response(hello)
         c2s, s2c = derive_session_keys(key_seed)
         enc = Encoder(s2c)
@@ -172,30 +155,9 @@ class Obfs4ServerFactory:
                 raise HandshakeError("EOF before a valid handshake")
             buf += data
 
-    def _admit(self, token: int, writer: asyncio.StreamWriter) -> None:
-        while len(self.unauthenticated) >= self.policy.max_unauthenticated:
-            _, oldest = self.unauthenticated.popitem(last=False)
-            oldest.close()
-        self.unauthenticated[token] = writer
-
-    async def _stay_silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           start: float) -> None:
-        """Discard everything until the peer closes or the (jittered) deadline passes."""
-        loop = asyncio.get_running_loop()
-        deadline = start + self.policy.unauth_timeout_s + \
-            random.uniform(0, self.policy.unauth_jitter_s)
-        with contextlib.suppress(Exception):
-            while not writer.is_closing():
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    data = await asyncio.wait_for(reader.read(65536), left)
-                except TimeoutError:
-                    break
-                if not data:
-                    break
-        writer.close()
+    @property
+    def unauthenticated(self) -> dict[int, asyncio.StreamWriter]:
+        return self.gate.unauthenticated
 
 
 class Obfs4(Transport):

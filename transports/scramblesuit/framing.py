@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-MAC_LENGTH = 16
+from .handshake import MAC_LENGTH, mac128
+
 HEADER_LENGTH = 5
 OVERHEAD = MAC_LENGTH + HEADER_LENGTH
 MAX_SEGMENT = 1448
@@ -52,10 +53,6 @@ def session_keys(master: bytes) -> tuple[DirectionKeys, DirectionKeys]:
     okm = HKDFExpand(hashes.SHA256(), KDF_LENGTH, None).derive(master)
     return (DirectionKeys(okm[0:32], okm[32:40], okm[80:112]),
             DirectionKeys(okm[40:72], okm[72:80], okm[112:144]))
-
-
-def mac128(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, "sha256").digest()[:MAC_LENGTH]
 
 
 class Encoder:

@@ -50,11 +50,12 @@ def epoch_hour(now: float) -> int:
     return int(now) // 3600
 
 
-def _find_mark(buf: bytes, mark: bytes) -> int | None:
-    """Where ``mark`` (followed by a full MAC) starts after the public key; None: not yet.
-    Raises when a maximum-length message holds no mark."""
+def find_mark(buf: bytes, mark: bytes, start: int = uniformdh.SIZE) -> int | None:
+    """Where ``mark`` (followed by a full MAC) starts after the first ``start`` bytes
+    (the public key or the ticket); None: not yet. Raises when a maximum-length
+    message holds no mark. UniformDH and ticket handshakes share the 1532-byte cap."""
     end = min(len(buf), MAX_HANDSHAKE - MAC_LENGTH)
-    pos = buf.find(mark, uniformdh.SIZE, end)
+    pos = buf.find(mark, start, end)
     if pos == -1:
         if len(buf) >= MAX_HANDSHAKE:
             raise HandshakeError("no mark in the maximum handshake length")
@@ -62,6 +63,18 @@ def _find_mark(buf: bytes, mark: bytes) -> int | None:
     if len(buf) < pos + 2 * MAC_LENGTH:
         return None
     return pos
+
+
+def verified_epoch(key: bytes, signed: bytes, mac_rx: bytes, now: float) -> bytes | None:
+    """The epoch hour (ASCII) under which ``mac_rx`` signs ``signed``: this hour, the
+    last or the next (all three are computed, for uniform timing); None if none."""
+    hour = epoch_hour(now)
+    found = None
+    for candidate in (hour, hour - 1, hour + 1):
+        e = str(candidate).encode()
+        if hmac.compare_digest(mac128(key, signed, e), mac_rx) and found is None:
+            found = e
+    return found
 
 
 def _pad(length: int | None) -> bytes:
@@ -91,7 +104,7 @@ class ClientHandshake:
         if len(buf) < MIN_HANDSHAKE:
             return None
         y = buf[:uniformdh.SIZE]
-        pos = _find_mark(buf, mac128(self.k_b, y))
+        pos = find_mark(buf, mac128(self.k_b, y))
         if pos is None:
             return None
         expected = mac128(self.k_b, buf[:pos + MAC_LENGTH], self.epoch)
@@ -116,16 +129,11 @@ def parse_client_hello(buf: bytes, k_b: bytes, now: float,
     if len(buf) < MIN_HANDSHAKE:
         return None
     x = buf[:uniformdh.SIZE]
-    pos = _find_mark(buf, mac128(k_b, x))
+    pos = find_mark(buf, mac128(k_b, x))
     if pos is None:
         return None
     mac_rx = buf[pos + MAC_LENGTH:pos + 2 * MAC_LENGTH]
-    hour = epoch_hour(now)
-    epoch = None
-    for candidate in (hour, hour - 1, hour + 1):
-        e = str(candidate).encode()
-        if hmac.compare_digest(mac128(k_b, buf[:pos + MAC_LENGTH], e), mac_rx):
-            epoch = e
+    epoch = verified_epoch(k_b, buf[:pos + MAC_LENGTH], mac_rx, now)
     if epoch is None:
         raise HandshakeError("client MAC does not verify for this hour or the next or last")
     if seen is not None and seen(mac_rx):

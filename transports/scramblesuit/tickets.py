@@ -29,14 +29,20 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from .framing import session_keys
-from .handshake import MAC_LENGTH, HandshakeError, epoch_hour, mac128
+from .handshake import (
+    MAC_LENGTH,
+    HandshakeError,
+    epoch_hour,
+    find_mark,
+    mac128,
+    verified_epoch,
+)
 
 TICKET_LENGTH = 112
 KEY_LENGTH = 32
 MAGIC = b"ScrambleSuitTicket"
 LIFETIME_S = 7 * 24 * 3600
-MAX_PAD = 1388
-MAX_HANDSHAKE = TICKET_LENGTH + MAX_PAD + 2 * MAC_LENGTH
+MAX_PAD = 1388  # TICKET_LENGTH + MAX_PAD + 2 MACs = the same 1532-byte cap as UniformDH
 KEYS_FILE = "scramblesuit_ticket_keys.json"
 
 
@@ -117,7 +123,7 @@ def ticket_handshake(ticket: bytes, master: bytes, now: float,
     pad = secrets.token_bytes(secrets.randbelow(MAX_PAD + 1) if pad_len is None else pad_len)
     mark = mac128(key, ticket)
     epoch = str(epoch_hour(now)).encode()
-    return ticket + pad + mark + mac128(key, ticket + pad + mark + epoch)
+    return ticket + pad + mark + mac128(key, ticket, pad, mark, epoch)
 
 
 @dataclass(frozen=True)
@@ -133,19 +139,11 @@ def parse_ticket_hello(buf: bytes, issuer: TicketIssuer, now: float) -> TicketHe
     if master is None:
         return None
     key = session_keys(master)[0].mac_key
-    mark = mac128(key, buf[:TICKET_LENGTH])
-    end = min(len(buf), MAX_HANDSHAKE - MAC_LENGTH)
-    pos = buf.find(mark, TICKET_LENGTH, end)
-    if pos == -1:
-        if len(buf) >= MAX_HANDSHAKE:
-            raise HandshakeError("no ticket mark in the maximum handshake length")
-        return None
-    if len(buf) < pos + 2 * MAC_LENGTH:
+    pos = find_mark(buf, mac128(key, buf[:TICKET_LENGTH]), TICKET_LENGTH)
+    if pos is None:
         return None
     mac_rx = buf[pos + MAC_LENGTH:pos + 2 * MAC_LENGTH]
-    hour = epoch_hour(now)
-    if not any(hmac.compare_digest(mac128(key, buf[:pos + MAC_LENGTH] + str(h).encode()),
-                                   mac_rx) for h in (hour, hour - 1, hour + 1)):
+    if verified_epoch(key, buf[:pos + MAC_LENGTH], mac_rx, now) is None:
         raise HandshakeError("ticket MAC does not verify")
     if not issuer.redeem_once(buf[:TICKET_LENGTH]):
         raise HandshakeError("replayed ticket")

@@ -29,7 +29,6 @@ import binascii
 import contextlib
 import json
 import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import Any
 from transports.base import Streams, Transport, TransportError
 from transports.pipes import spawn, stream_pair
 from transports.pt.messages import format_addr
+from transports.silence import Gatekeeper, ServerPolicy
 
 from .framing import (
     FLAG_NEW_TICKET,
@@ -151,13 +151,6 @@ class Session:
 
 
 @dataclass
-class ServerPolicy:
-    handshake_timeout_s: float = 60.0
-    unauth_timeout_s: float = 300.0
-    unauth_jitter_s: float = 60.0
-
-
-@dataclass
 class ScrambleSuitServerFactory:
     k_b: bytes
     tickets: TicketIssuer
@@ -167,6 +160,9 @@ class ScrambleSuitServerFactory:
     iat_mode: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     _seen: set[bytes] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.gate = Gatekeeper(self.policy)
 
     def smethod_args(self) -> dict[str, str]:
         return {PASSWORD_ARG: encode_password(self.k_b)}
@@ -179,14 +175,15 @@ class ScrambleSuitServerFactory:
 
     async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
         start = asyncio.get_running_loop().time()
-        try:
-            master, consumed, buf, response = await asyncio.wait_for(
-                self._handshake(reader), self.policy.handshake_timeout_s)
-        except (HandshakeError, TimeoutError, ConnectionError) as exc:
-            reason = str(exc).split(":")[0] or type(exc).__name__
-            self.failures[reason] = self.failures.get(reason, 0) + 1
-            await self._stay_silent(reader, writer, start)
-            raise TransportError(f"scramblesuit handshake failed: {reason}") from None
+        with self.gate.admitted(writer):
+            try:
+                master, consumed, buf, response = await asyncio.wait_for(
+                    self._handshake(reader), self.policy.handshake_timeout_s)
+            except (HandshakeError, TimeoutError, ConnectionError) as exc:
+                reason = str(exc).split(":")[0] or type(exc).__name__
+                self.failures[reason] = self.failures.get(reason, 0) + 1
+                await self.gate.stay_silent(reader, writer, start)
+                raise TransportError(f"scramblesuit handshake failed: {reason}") from None
         c2s, s2c = session_keys(master)
         enc = Encoder(s2c)
         next_master, ticket = self.tickets.new_ticket()
@@ -213,21 +210,6 @@ class ScrambleSuitServerFactory:
                 return master, hello.consumed, buf, response
             if len(buf) > MAX_HANDSHAKE:
                 raise HandshakeError("no handshake in the maximum length")
-
-    async def _stay_silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           start: float) -> None:
-        """Discard everything until the peer closes or the (jittered) deadline passes."""
-        loop = asyncio.get_running_loop()
-        deadline = start + self.policy.unauth_timeout_s + \
-            random.uniform(0, self.policy.unauth_jitter_s)
-        with contextlib.suppress(Exception):
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    if not await asyncio.wait_for(reader.read(READ_SIZE), left):
-                        break
-                except TimeoutError:
-                    break
-        writer.close()
 
 
 class TicketStore:
@@ -360,6 +342,8 @@ class ScrambleSuit(Transport):
                 ("handshake-timeout", "handshake_timeout_s"),
                 ("unauth-timeout", "unauth_timeout_s"),
                 ("unauth-jitter", "unauth_jitter_s")) if key in args})
+            if "max-unauthenticated" in args:
+                policy.max_unauthenticated = int(args["max-unauthenticated"])
         except ValueError as exc:
             raise TransportError(f"scramblesuit server: {exc}") from None
         iat = args.get("iat-mode", "0")
