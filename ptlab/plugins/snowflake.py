@@ -95,14 +95,16 @@ class SnowflakePlugin(LabPlugin):
     def _impl(self, ctx: CellContext, side: str) -> str:
         return ctx.options.get(side, self.default[side])
 
-    def _broker_url(self, ctx: CellContext) -> str:
-        if ctx.options.get("rendezvous", "direct") == "direct":
-            return f"http://{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}/"
-        return f"https://{SNOWFLAKE_EDGE_NAME}/"  # the edge listens on 443
-
-    def _proxy_broker_url(self, ctx: CellContext) -> str:
-        """Proxies poll the broker directly: they are outside the censor."""
+    @staticmethod
+    def _direct_broker_url(ctx: CellContext) -> str:
+        """The broker on its own node (proxies, outside the censor, always poll it so)."""
         return f"http://{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}/"
+
+    def _broker_url(self, ctx: CellContext) -> str:
+        """Where the client rendezvouses: directly, or the broker's name on the edge."""
+        if ctx.options.get("rendezvous", "direct") == "direct":
+            return self._direct_broker_url(ctx)
+        return f"https://{SNOWFLAKE_EDGE_NAME}/"  # the edge listens on 443
 
     def _stun(self, ctx: CellContext, impl: str) -> str:
         return NO_ROUTE_STUN if impl == "debian" else f"stun:{ctx.lab.addr('svc')}:{STUN_PORT}"
@@ -135,14 +137,14 @@ class SnowflakePlugin(LabPlugin):
         impl = self._impl(ctx, "proxy")
         for i in range(ctx.options.get("proxies", 1)):
             if impl == "ptlab":
-                argv = ctx.py("ptlab", "snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
+                argv = ctx.py("ptlab", "snowflake-proxy", "-broker", self._direct_broker_url(ctx),
                               "-relay", relay, "-allowed-relay-hostname-pattern", exact,
                               "-allow-non-tls-relay", "-stun", self._stun(ctx, impl),
                               "-poll-interval", "1", "-nat-probe-server",
                               f"http://{probe}/probe", "-ephemeral-ports-range",
                               PROXY_UDP_PORTS)
             else:
-                argv = ["snowflake-proxy", "-broker", self._proxy_broker_url(ctx),
+                argv = ["snowflake-proxy", "-broker", self._direct_broker_url(ctx),
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",
                         "-allow-non-tls-relay", "-stun", self._stun(ctx, impl), "-verbose",
                         "-summary-interval", "1h"]

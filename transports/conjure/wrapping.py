@@ -137,9 +137,10 @@ def identify(candidates: Sequence[Candidate], head: bytes,
                 return c, end
     tunnels = [c for c in candidates if c.transport == "obfs4"]
     if tunnels:
-        keys = {id(k): c for c in tunnels if (k := c.obfs4_key) is not None}
+        by_key = {id(c.obfs4_key): c for c in tunnels if c.obfs4_key is not None}
+        keys = [c.obfs4_key for c in tunnels if c.obfs4_key is not None]
         try:
-            hello = parse_client_hello(head, [c.obfs4_key for c in tunnels], time.time(), None)
+            hello = parse_client_hello(head, keys, time.time(), None)
         except HandshakeError:
             hello = None
         else:
@@ -147,5 +148,5 @@ def identify(candidates: Sequence[Candidate], head: bytes,
                 waiting = True
         if hello is not None:
             # obfs4's own server answers the handshake: nothing is consumed here.
-            return keys[id(hello.key)], 0
+            return by_key[id(hello.key)], 0
     return NEED_MORE if waiting else None

@@ -53,6 +53,28 @@ def test_random_port_above_the_transport_floor():
     assert select_port(REPO_SEED, "obfs4", select_phantom(REPO_SEED, fixed, False), True) == 443
 
 
+class Bytes:
+    """A stream that hands out fixed bytes (the draws below are worked by hand)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def read(self, n: int) -> bytes:
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+
+def test_go_rand_int_on_known_bytes():
+    # max 300: 299 has 9 bits -> 2 bytes, top byte masked to 1 bit. ff ff -> 511, rejected;
+    # 01 2b -> 299, kept.
+    stream = Bytes(bytes.fromhex("ffff012b"))
+    assert go_rand_int(stream, 300) == 299 and stream.pos == 4
+    # max 256: 255 has 8 bits -> 1 byte, no masking, never rejected.
+    assert go_rand_int(Bytes(b"\xff"), 256) == 255
+    # max 257: 256 has 9 bits; 01 00 -> 256 kept, 01 01 -> 257 rejected.
+    assert go_rand_int(Bytes(bytes.fromhex("ff01" "0100")), 257) == 256
+
+
 def test_go_rand_int_masks_and_rejects_like_go():
     stream = HkdfStream(b"k", None, b"x")
     raw = HkdfStream(b"k", None, b"x").read(64)
