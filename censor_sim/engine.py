@@ -91,6 +91,13 @@ class Engine:
                 self.inspectors.append(INSPECTORS[kind](name, params))
             elif kind != "ip_blocklist":  # enforced by the kernel alone
                 raise ValueError(f"detectors.{name}: unknown detector kind {kind!r}")
+        budget = p.datapath.get("inspect_packets", 12)
+        for insp in self.inspectors:
+            needed = getattr(getattr(insp, "model", None), "packets_needed", 0)
+            if budget is not None and needed > int(budget):
+                raise ValueError(f"detectors.{insp.name}: its model needs {needed} packets, "
+                                 f"more than the censor's budget "
+                                 f"(datapath.inspect_packets = {budget})")
         self.rules: dict[str, Rule] = {}
         for r in p.policy.get("rules", []):
             acts = r["action"] if isinstance(r["action"], list) else [r["action"]]

@@ -255,6 +255,50 @@ class UnclassifiedInspector(FirstPayloadInspector):
         return Match(self.name, {"first_bytes": first[:16].hex()})
 
 
+class MlInspector(Inspector):
+    """A learning censor's model over a flow's first packets (Wang et al. 2015).
+
+    Each packet of the flow goes into a :class:`FlowLog`, the structure the
+    training datasets are built with from pcaps, and the model decides when
+    it has what it needs: the entropy test at the first client payload, a
+    tree at its window of packets. Until then it abstains (``None``), so a
+    flow that ends sooner, or outlives the censor's inspection budget, is
+    never judged. ``threshold`` below 0 keeps the model's own.
+    """
+
+    kind = "ml"
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        from .detectors.ml.model import ModelError, load
+
+        try:
+            self.model = load(str(params.get("model", "")))
+        except ModelError as exc:
+            raise ValueError(f"detectors.{name}.model: {exc}") from None
+        threshold = params.get("threshold")
+        if isinstance(threshold, int | float) and threshold >= 0:
+            self.model.threshold = float(threshold)
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors.ml.flowlog import DOWN, UP, FlowLog
+
+        log = flow.state.get(self.name)
+        if log is None:
+            log = flow.state[self.name] = FlowLog(self.model.window)
+        log.add(UP if c2s else DOWN, flow.last_seen - flow.first_seen, len(pkt.payload),
+                pkt.payload)
+        decision = self.model.decide(log)
+        if decision is None:
+            return None
+        if not decision.flagged:
+            return DONE
+        return Match(self.name, {"model": self.model.name, "positive": self.model.positive,
+                                 "score": round(decision.score, 6),
+                                 "packets": decision.packets,
+                                 "comparisons": decision.comparisons, **decision.evidence})
+
+
 def _is_stun(data: bytes) -> bool:
     """A STUN message (RFC 8489): top two bits 0 and the magic cookie at offset 4."""
     return len(data) >= 20 and data[0] < 0x40 and data[4:8] == b"\x21\x12\xa4\x42"
@@ -267,7 +311,7 @@ def _ssh_banner(data: bytes) -> str | None:
 INSPECTORS: dict[str, type[Inspector]] = {
     cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
                               QuicSniInspector, DtlsInspector, DnsInspector,
-                              IranProtocolInspector, UnclassifiedInspector)
+                              IranProtocolInspector, UnclassifiedInspector, MlInspector)
 }
 
 Factory = Callable[[str, dict[str, Any]], Inspector]

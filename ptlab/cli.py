@@ -8,6 +8,7 @@ declared expectations fail, or whose bulk check caught corrupted bytes, exits 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -199,6 +200,51 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- ptlab dataset / evaluate ----------------------------------------------------
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from .ml.dataset import collect, load_dataset_spec, scaled
+
+    spec = load_dataset_spec(Path(args.spec))
+    if args.scale != 1.0:
+        if not 0 < args.scale <= 100:
+            return _die("--scale must be in (0, 100]")
+        spec = scaled(spec, args.scale)
+    require_root()
+    require_tools("ip", "nft", "tc", "tcpdump")
+    _term_to_exit()
+    manifest = collect(spec, Path(args.out), lab_id=args.lab_id)
+    print(f"dataset: {manifest['flows']} flows in {args.out} "
+          f"({', '.join(f'{k}: {sum(v.values())}' for k, v in manifest['counts'].items())})")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .ml.dataset import load_dataset
+    from .ml.evaluate import EvalOptions, evaluate
+    from .ml.report import render
+
+    ds = load_dataset(Path(args.dataset))
+    if not 0 < args.prevalence < 1:
+        return _die("--prevalence must be in (0, 1)")
+    if not 0 < args.test_size < 1:
+        return _die("--test-size must be in (0, 1)")
+    opts = EvalOptions(seed=args.seed, test_size=args.test_size, prevalence=args.prevalence,
+                       train_setting=args.train_setting, test_setting=args.test_setting,
+                       save_models=Path(args.save_models) if args.save_models else None)
+    out = Path(args.out) if args.out else Path(args.dataset) / "evaluation"
+    result = evaluate(ds, opts)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "evaluation.json").write_text(json.dumps(result, indent=1) + "\n")
+    report = render(result, out)
+    from .ml.report import summary_lines
+
+    for line in summary_lines(result):
+        print(line)
+    print(f"report: {report}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptlab", description="Censorship-resistance transport lab.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -255,6 +301,32 @@ def build_parser() -> argparse.ArgumentParser:
     cen.add_argument("--prober", help="HOST:PORT of a probe service (python -m "
                                       "censor_sim.prober serve)")
     cen.set_defaults(fn=cmd_censor)
+
+    ds = sub.add_parser("dataset", help="collect a learning-censor dataset in the lab",
+                        description="Run transports and benign traffic under each link "
+                                    "setting of a dataset spec; write flows.csv (labelled "
+                                    "per-flow features), pcaps/ and dataset.json to OUT.")
+    ds.add_argument("spec", help="dataset TOML, e.g. experiments/ml-dataset.toml")
+    ds.add_argument("out", help="output directory")
+    ds.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every flow and session count (0.1 for a quick run)")
+    ds.add_argument("--lab-id", help="lab id to use (default random)")
+    ds.set_defaults(fn=cmd_dataset)
+
+    ev = sub.add_parser("evaluate", help="train and test flow classifiers on a dataset",
+                        description="TPR/FPR per transport with 95 %% intervals, ROC curves, "
+                                    "the cross-setting (portability) drop and the base-rate "
+                                    "arithmetic; writes evaluation.json and report.html.")
+    ev.add_argument("dataset", help="dataset directory (from ptlab dataset)")
+    ev.add_argument("--out", help="output directory (default DATASET/evaluation)")
+    ev.add_argument("--seed", type=int, default=1, help="seed of the split and the learners")
+    ev.add_argument("--test-size", type=float, default=0.3, help="held-out share per label")
+    ev.add_argument("--prevalence", type=float, default=1e-6,
+                    help="share of flows that are the transport, for the base-rate arithmetic")
+    ev.add_argument("--train-setting", help="portability: train on this link setting ...")
+    ev.add_argument("--test-setting", help="... and test on this one (default: every pair)")
+    ev.add_argument("--save-models", help="directory for the trained models (JSON)")
+    ev.set_defaults(fn=cmd_evaluate)
 
     rep = sub.add_parser("report", help="render report.html for a results directory")
     rep.add_argument("results_dir")

@@ -13,10 +13,12 @@ not share state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,39 @@ class LabRunner:
             self._stop_cell(run)
         return row
 
+    @contextlib.contextmanager
+    def traffic_session(self, transport: str | None, name: str, pcap: Path,
+                        snaplen: int = 2200) -> Iterator[Any]:
+        """Run a transport's processes (or none, for benign traffic) with no censor,
+        capturing the censor's client-side interface into `pcap`, and yield the
+        transport's endpoint (None without a transport). Hosts send wire-sized
+        packets meanwhile, as on a real link, so the capture holds the packets a
+        censor on NFQUEUE sees. The learning censor's datasets come from here.
+        """
+        assert self.lab and self.services
+        cell_dir = self.out / "cells" / name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        run = CellRun(name)
+        try:
+            self._wire_sized_segments(run)
+            pcap.parent.mkdir(parents=True, exist_ok=True)
+            run.captures.append(Capture(self.lab.ns("censor"), self.lab.iface("censor", "client"),
+                                        pcap, snaplen=snaplen).start())
+            endpoint = None
+            if transport is not None:
+                plugin = plugins.get(transport)
+                ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
+                                  self.spec.seed, self.services.upstream,
+                                  lab_ca=self.services.ca.ca_path if self.services.ca else None)
+                for svc in plugin.servers(ctx):
+                    self._start(run, svc, cell_dir)
+                for svc in plugin.clients(ctx):
+                    self._start(run, svc, cell_dir)
+                endpoint = plugin.endpoint(ctx)
+            yield endpoint
+        finally:
+            self._stop_cell(run)
+
     def _check_alive(self, row: Row, run: CellRun) -> None:
         """A result measured while part of the lab was dead is no result."""
         assert self.services
@@ -294,7 +329,10 @@ class LabRunner:
                "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
         probes = any("probe" in (r["action"] if isinstance(r["action"], list) else
                                  [r["action"]]) for r in prof.policy.get("rules", []))
-        if "throttle" in prof.actions:
+        learning = any(d.get("kind") == "ml" for d in prof.detectors.values())
+        if "throttle" in prof.actions or learning:
+            # Policers, and models trained on wire-sized packets (ptlab dataset), need
+            # the packets a real link carries.
             self._wire_sized_segments(run)
         if probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
             listen = f"{self.lab.addr('prober')}:9100"

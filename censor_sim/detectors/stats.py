@@ -91,22 +91,25 @@ def _partitions(n: int, largest: int | None = None) -> list[tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=64)
-def expected_block_entropy(block: int = 8, alphabet: int = 256) -> float:
-    """Exact mean of :func:`shannon_entropy` over uniformly random `block`-byte strings.
+def block_entropy_distribution(block: int = 8,
+                               alphabet: int = 256) -> tuple[tuple[float, float], ...]:
+    """Exact distribution of :func:`shannon_entropy` over uniformly random `block`-byte
+    strings, as ``((entropy, probability), ...)`` in increasing entropy.
 
     The plug-in entropy of a block depends only on how many times each distinct
     value occurs, i.e. on an integer partition λ of `block` into k parts. The
     number of strings with that pattern is (ways to pick the k values for the
     parts, equal-sized parts interchangeable) × (arrangements of the block):
     ``alphabet!/(alphabet-k)! / prod(m_j!)`` × ``block! / prod(λ_i!)``, where m_j
-    counts equal parts. For block 8 this is 2.9728 bits, not log2(8) = 3,
-    because about 10 % of random 8-byte blocks repeat a value. Limited to
+    counts equal parts. Entropies are summed with :func:`math.fsum` (correctly
+    rounded, so independent of order), exactly as :func:`shannon_entropy` does,
+    so a sample's values fall on these support points bit for bit. Limited to
     block <= 32 (the number of partitions grows quickly); results are cached.
     """
     if not 1 <= block <= 32:
         raise ValueError(f"block must be in 1..32, got {block}")
     total = 0
-    weighted = 0.0
+    counts: dict[float, int] = {}
     for parts in _partitions(block):
         k = len(parts)
         if k > alphabet:
@@ -119,10 +122,18 @@ def expected_block_entropy(block: int = 8, alphabet: int = 256) -> float:
             arrangements //= math.factorial(p)
         count = choose_values * arrangements
         h = -math.fsum(p / block * math.log2(p / block) for p in parts)
+        h = h if h > 0.0 else 0.0
         total += count
-        weighted += count * h
+        counts[h] = counts.get(h, 0) + count
     assert total == alphabet ** block  # every string counted exactly once
-    return weighted / total
+    return tuple((h, counts[h] / total) for h in sorted(counts))
+
+
+def expected_block_entropy(block: int = 8, alphabet: int = 256) -> float:
+    """Exact mean of :func:`shannon_entropy` over uniformly random `block`-byte strings
+    (:func:`block_entropy_distribution`). For block 8 this is 2.9728 bits, not
+    log2(8) = 3, because about 10 % of random 8-byte blocks repeat a value."""
+    return math.fsum(h * p for h, p in block_entropy_distribution(block, alphabet))
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,45 @@ def test_every_geneva_profile_loads_its_censor():
         assert eng.geneva is not None and eng.geneva.name == name
         assert eng.geneva.keyword == b"ultrasurf" and eng.geneva.port is None
         assert profile.datapath["every_packet"] is True
+
+
+# --- the learning censor (ml-2015) ------------------------------------------------
+
+
+def ml_engine(**over):
+    clock = Clock()
+    return Engine(load_profile("ml-2015", over or None), clock=clock,
+                  rng=random.Random(1)), clock
+
+
+def test_ml_entropy_test_blocks_a_random_first_message_at_packet_4():
+    eng, _ = ml_engine()
+    v = connect(eng, 40000, 9002, random.Random(3).randbytes(1200))
+    assert v.drop and eng.effects.events[0]["detector"] == "entropy"
+    assert eng.effects.events[0]["evidence"]["packets"] == 4
+    assert eng.effects.residuals  # the pair is blocked for a while
+    # Plain HTTP, and a random first message under 149 bytes, pass.
+    assert not connect(eng, 40001, 8080, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 8).drop
+    assert not connect(eng, 40002, 8081, random.Random(4).randbytes(100)).drop
+
+
+def test_ml_tree_abstains_until_its_window():
+    eng, clock = ml_engine()
+    # A TLS-looking exchange on 443: the tree sees it only once 30 packets are in.
+    connect(eng, 40003, 443, bytes.fromhex("160301") + bytes(300))
+    flow = next(iter(eng.flows._flows.values()))
+    assert flow.decided is None and "meek" not in flow.done
+    for _ in range(25):
+        clock.t += 0.001
+        eng.handle(tcp(SERVER, CLIENT, 443, 40003, ACK, b"\x17\x03\x03" + bytes(100)), False)
+    assert len(flow.state["meek"]) == 29 and "meek" not in flow.done
+    clock.t += 0.001
+    eng.handle(tcp(CLIENT, SERVER, 40003, 443, ACK), True)
+    assert "meek" in flow.done  # decided at packet 30 (here: not meek)
+
+
+def test_a_model_needing_more_than_the_budget_is_refused():
+    with pytest.raises(ValueError, match="budget"):
+        ml_engine(datapath={"inspect_packets": 12})
+    with pytest.raises(ValueError, match="no model"):
+        ml_engine(detectors={"meek": {"model": "nonexistent"}})

@@ -40,6 +40,12 @@ def test_bad_options_are_named():
         p.check_options({"client": "lyrebird"})
     with pytest.raises(ValueError, match="unknown option 'iat'"):
         p.check_options({"iat": 1})
+    p.check_options({"first_segment": 40})
+    for bad in (-1, 1449, "40", True):
+        with pytest.raises(ValueError, match="first_segment must be an integer"):
+            p.check_options({"first_segment": bad})
+    with pytest.raises(ValueError, match='first_segment needs client = "ptlab"'):
+        p.check_options({"first_segment": 40, "client": "obfs4proxy"})
 
 
 @pytest.mark.lab

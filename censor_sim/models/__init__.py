@@ -1,0 +1,1 @@
+"""Learning-censor models shipped with ptlab (JSON, see censor_sim.detectors.ml.model)."""
