@@ -233,7 +233,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                        train_setting=args.train_setting, test_setting=args.test_setting,
                        save_models=Path(args.save_models) if args.save_models else None)
     out = Path(args.out) if args.out else Path(args.dataset) / "evaluation"
-    result = evaluate(ds, opts)
+    try:
+        result = evaluate(ds, opts)
+    except ValueError as exc:
+        return _die(f"evaluate: {exc}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "evaluation.json").write_text(json.dumps(result, indent=1) + "\n")
     report = render(result, out)

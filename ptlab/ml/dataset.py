@@ -18,12 +18,16 @@ the censor's own code (:mod:`censor_sim.pcapflows`,
 * ``pcaps/<setting>__<cell>.pcap`` - the captures;
 * ``dataset.json`` - the spec, the schema, counts per label and setting, the
   CSV's SHA-256 (models trained on it record that hash).
+
+``flows.csv`` may be gzipped (``flows.csv.gz``; the hash is of the CSV), as
+the dataset the shipped models were trained on is in ``datasets/``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import csv
+import gzip
 import hashlib
 import json
 import random
@@ -285,6 +289,8 @@ def load_dataset(path: Path) -> Dataset:
     CSV against the manifest's hash and this code's feature schema."""
     path = Path(path)
     man_path, csv_path = path / "dataset.json", path / "flows.csv"
+    if not csv_path.exists() and (path / "flows.csv.gz").exists():
+        csv_path = path / "flows.csv.gz"  # a dataset kept small (the repository's)
     if not man_path.exists() or not csv_path.exists():
         raise SpecError(f"{path}: not a dataset directory (no dataset.json / flows.csv)")
     try:
@@ -294,6 +300,11 @@ def load_dataset(path: Path) -> Dataset:
     if manifest.get("format") != FORMAT:
         raise SpecError(f"{man_path}: not a {FORMAT} manifest")
     raw = csv_path.read_bytes()
+    if csv_path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise SpecError(f"{csv_path}: {exc}") from None
     if hashlib.sha256(raw).hexdigest() != manifest.get("csv_sha256"):
         raise SpecError(f"{csv_path}: does not match the manifest's SHA-256 (edited?)")
     lines = list(csv.reader(raw.decode().splitlines()))
@@ -304,6 +315,13 @@ def load_dataset(path: Path) -> Dataset:
     if names != features.feature_names(window):
         raise SpecError(f"{csv_path}: feature columns differ from this version's schema "
                         f"({features.SCHEMA_VERSION}); collect the dataset again")
-    meta = [dict(zip(META_COLUMNS, r[:k], strict=True)) for r in body]
-    X = [[float(v) for v in r[k:]] for r in body]
+    meta, X = [], []
+    for n, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise SpecError(f"{csv_path}:{n}: {len(r)} columns, the header has {len(header)}")
+        try:
+            X.append([float(v) for v in r[k:]])
+        except ValueError as exc:
+            raise SpecError(f"{csv_path}:{n}: {exc}") from None
+        meta.append(dict(zip(META_COLUMNS, r[:k], strict=True)))
     return Dataset(manifest, names, meta, X, path)

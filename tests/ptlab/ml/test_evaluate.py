@@ -127,3 +127,24 @@ def test_an_edited_dataset_is_refused(tmp_path):
         load_dataset(p)
     with pytest.raises(SpecError, match="not a dataset"):
         load_dataset(tmp_path)
+
+
+def test_a_malformed_row_is_named(tmp_path):
+    p = write_dataset(tmp_path / "e", n=3)
+    lines = (p / "flows.csv").read_text().splitlines()
+    cells = lines[3].split(",")
+    cells[-1] = "not-a-number"
+    lines[3] = ",".join(cells)
+    lines.append("1,2,3")  # and a short row after it
+    (p / "flows.csv").write_text("\n".join(lines) + "\n")
+    man = json.loads((p / "dataset.json").read_text())
+    man["csv_sha256"] = hashlib.sha256((p / "flows.csv").read_bytes()).hexdigest()
+    (p / "dataset.json").write_text(json.dumps(man))
+    with pytest.raises(SpecError, match=r"flows\.csv:4: could not convert"):
+        load_dataset(p)
+    lines[3] = lines[3].replace("not-a-number", "0")
+    (p / "flows.csv").write_text("\n".join(lines) + "\n")
+    man["csv_sha256"] = hashlib.sha256((p / "flows.csv").read_bytes()).hexdigest()
+    (p / "dataset.json").write_text(json.dumps(man))
+    with pytest.raises(SpecError, match="3 columns"):
+        load_dataset(p)

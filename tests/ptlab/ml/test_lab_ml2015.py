@@ -64,3 +64,31 @@ def test_direct_passes_and_the_collateral_is_counted(lab):
     assert row.benign_detail["ssh"]["blocked"] == 0
     assert row.collateral == pytest.approx(
         sum(d["blocked"] for d in row.benign_detail.values()) / row.benign_total)
+
+
+def test_the_split_is_on_the_wire_and_costs_one_packet(lab):
+    """In the capture: obfs4's first client payload is its whole first segment of
+    the hello (149 bytes or more); obfs4-split's is exactly 100 bytes, and the
+    rest of the hello follows in the next client packet, before the server answers.
+    The same hello bytes, one more packet."""
+    from censor_sim.pcapflows import flows_from_pcap
+
+    bridge = lab.lab.addr("bridge")
+    clients = lab.lab.topology.addresses("client")
+    for transport in ("obfs4", "obfs4-split"):
+        row = lab.run_cell(transport, "none")
+        pcap = next(p for p in row.pcaps if p.endswith("censor-client.pcap"))
+        flows = [f for f in flows_from_pcap(lab.runner.out / pcap, clients)
+                 if f.server == bridge]
+        assert flows, transport
+        for f in flows:
+            payload = [p for p in f.log.packets if p.length]
+            hello = []
+            for p in payload:
+                if p.direction != 1:
+                    break
+                hello.append(p.length)
+            if transport == "obfs4":
+                assert hello[0] >= 149
+            else:
+                assert hello[0] == 100 and len(hello) >= 2
