@@ -79,7 +79,14 @@ def block_entropy(data: bytes, block: int = 8) -> list[float]:
     """
     if block < 1:
         raise ValueError(f"block must be at least 1, got {block}")
-    return [shannon_entropy(data[i:i + block]) for i in range(0, len(data) - block + 1, block)]
+    # A block of all-distinct bytes (most random blocks) has entropy log2(block),
+    # which shannon_entropy computes as exactly this value: skip the histogram.
+    distinct = -math.fsum([1 / block * math.log2(1 / block)] * block)
+    out = []
+    for i in range(0, len(data) - block + 1, block):
+        chunk = data[i:i + block]
+        out.append(distinct if len(set(chunk)) == block else shannon_entropy(chunk))
+    return out
 
 
 def _partitions(n: int, largest: int | None = None) -> list[tuple[int, ...]]:
