@@ -14,8 +14,8 @@ Behaviour follows meek-client and obfs4proxy's meek_lite (meek_conjure.md §1.1,
   once; after an empty one, wait 100 ms, then ×1.5 per empty round trip up
   to 5 s; application data cuts the wait short;
 * a non-200 answer is retried, up to 10 tries 30 s apart (the same body),
-  unless the application has closed its end meanwhile (ours); a transport
-  error ends the session.
+  unless the application closes its end meanwhile, which ends the wait at
+  once (ours); a transport error ends the session.
 
 TLS (``tls=``): ``python`` uses Python's ssl through aiohttp; any other value
 names a curl_cffi browser profile (``chrome``, ``firefox``, ``safari``, ...)
@@ -191,6 +191,7 @@ class MeekSession:
         self.pending = bytearray()
         self.local_eof = False
         self._data = asyncio.Event()
+        self._closed = asyncio.Event()  # the application's EOF (local_eof), to wait on
         self._room = asyncio.Event()
         self._room.set()
         self.round_trips = 0
@@ -203,6 +204,7 @@ class MeekSession:
             chunk = await self.reader.read(MAX_PAYLOAD)
             if not chunk:
                 self.local_eof = True
+                self._closed.set()
                 self._data.set()
                 return
             self.pending += chunk
@@ -222,6 +224,21 @@ class MeekSession:
             waiter.cancel()
             timer.cancel()
 
+    async def _retry_delay(self) -> None:
+        """The wait before a retry, cut short when the application closes with
+        nothing left to send: nobody waits for the answer any more (our server
+        answers 500 for good once the upstream has ended, so without this every
+        session would outlive its application by the whole delay)."""
+        timer = asyncio.ensure_future(self.sleep(self.retry_delay_s))
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait({timer, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not timer.done() and self.pending:
+                await timer  # closed, but with data still to deliver: the full delay
+        finally:
+            timer.cancel()
+            closed.cancel()
+
     async def _round_trip(self, body: bytes) -> bytes:
         for attempt in range(MAX_TRIES):
             status, data = await self.rt.post(body, self.session_id)
@@ -229,7 +246,7 @@ class MeekSession:
             if status == 200:
                 return data
             if attempt + 1 < MAX_TRIES:
-                await self.sleep(self.retry_delay_s)
+                await self._retry_delay()
                 if self.local_eof and not self.pending:
                     # Ours: the application has gone, so nobody waits for the answer.
                     raise ConnectionError(f"meek: HTTP {status}, and the application closed")

@@ -163,6 +163,9 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         self._queue_paused = False  # the IAT queue is over the high-water mark
         self.error: Exception | None = None
         self.handshake_writer: asyncio.StreamWriter | None = None
+        # The handshake's protocol, which no longer hears from the socket: told
+        # when the connection ends (see connection_lost).
+        self.handshake_protocol: asyncio.BaseProtocol | None = None
         # Received wire bytes: buf[:_rlen] is at most one partial frame between reads.
         self._rbuf = bytearray(RECV_BUFFER)
         self._rview = memoryview(self._rbuf)
@@ -222,6 +225,13 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         # application keeps every byte decoded before it. `self.error` keeps
         # the reason for diagnostics (get_extra_info("obfs4").error).
         self.app.connection_lost(exc)
+        # The handshake's StreamWriter is still in its owner's hands (a server's
+        # client_connected_cb closes it when done): its wait_closed() and drain()
+        # wait on the protocol that attach() swapped out, which the socket no
+        # longer reaches. Without this they would never return.
+        old, self.handshake_protocol = self.handshake_protocol, None
+        if old is not None:
+            old.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self._set_paused(raw=True)
@@ -329,6 +339,7 @@ def attach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover:
     # The handshake's StreamWriter closes the socket when garbage-collected
     # (StreamWriter.__del__): the session keeps it for as long as it lives.
     proto.handshake_writer = writer
+    proto.handshake_protocol = raw.get_protocol()
     pending = bytes(reader._buffer) if getattr(reader, "_buffer", None) else b""  # noqa: SLF001
     raw.set_protocol(proto)
     raw.set_write_buffer_limits(high=WRITE_HIGH_WATER)

@@ -99,7 +99,14 @@ class Lifetime:
         self.now.set()
 
     def track(self, handler: Handler) -> Handler:
-        """Wrap a connection handler so shutdown can wait for it or cancel it."""
+        """Wrap a connection handler so shutdown can wait for it or cancel it.
+
+        Being cancelled (by :meth:`wait`, or by ``asyncio.run`` at exit) ends a
+        handler quietly: nobody awaits these tasks, and Python 3.11's
+        ``StreamReaderProtocol`` logs "Exception in callback ..." with a
+        traceback for a cancelled ``client_connected_cb`` task (3.12 no longer
+        does). Any other exception still propagates and is logged.
+        """
         async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
@@ -107,6 +114,8 @@ class Lifetime:
             self._idle.clear()
             try:
                 await handler(reader, writer)
+            except asyncio.CancelledError:
+                return  # shutdown: the process is about to end the connection anyway
             finally:
                 self._tasks.discard(task)
                 if not self._tasks:

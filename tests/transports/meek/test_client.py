@@ -128,6 +128,29 @@ async def test_non_200_is_retried_with_the_same_body_then_gives_up():
     assert await app_reader.read(1) == b""  # the application sees the end
 
 
+async def test_application_closing_cuts_the_retry_delay_short():
+    """Our server answers 500 for good once the upstream has ended (an HTTP response
+    with Connection: close); when the application then closes, the session ends at
+    once instead of outliving it by the 30 s retry delay (the PT's SOCKS handler
+    with it)."""
+    rt = ScriptedServer(VirtualClock(), [(200, b"response")] + [(500, b"")] * 20, stop_after=50)
+    session, app_reader, app_writer = await session_over_socketpair(rt, VirtualClock())
+    session.sleep = asyncio.sleep  # a real 30 s retry delay
+    app_writer.write(b"request")
+    await app_writer.drain()
+    run = asyncio.create_task(session.run())
+    try:
+        assert await asyncio.wait_for(app_reader.readexactly(8), 2) == b"response"
+        while len(rt.bodies) < 2:  # the poll that got the first 500
+            await asyncio.sleep(0.01)
+        app_writer.close()
+        await asyncio.wait_for(run, 2)
+    finally:
+        run.cancel()
+    assert rt.bodies == [b"request", b""]  # no retry after the application left
+    assert "the application closed" in (session.error or "")
+
+
 def test_schedule_and_ids():
     assert next_interval(0.0, moved=False) == INIT_POLL_S
     assert next_interval(4.0, moved=False) == MAX_POLL_S

@@ -571,3 +571,41 @@ async def test_paranoid_writes_survive_a_length_table_of_only_zero() -> None:
             await asyncio.sleep(0.02)
         assert views and bytes(views[0].data) == data
         writer.close()
+
+
+async def test_handshake_writer_sees_the_session_end(loop_errors) -> None:
+    """attach() gives the socket to the session's protocol, but a server's connection
+    handler still holds the handshake's StreamWriter and closes it when done: its
+    wait_closed() must return once the session is over, whichever side ends it
+    (it used to wait forever, so every managed-mode handler outlived its connection)."""
+    key = make_key()
+    factory = Obfs4ServerFactory([key], os.urandom(24), 0)
+    outcomes: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        inner_r, inner_w = await factory.wrap(reader, writer)
+        if await inner_r.read(1) == b"s":
+            inner_w.write(b"bye")
+            inner_w.write_eof()  # the server ends the session
+        else:
+            await inner_r.read()  # the client ends it
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 2)
+            await outcomes.put("closed")
+        except TimeoutError:
+            await outcomes.put("wait_closed() hung")
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = Obfs4ClientFactory(key.node_id, key.identity.public, 0, timeout_s=5)
+    try:
+        for who in (b"s", b"c"):
+            reader, writer = await client.dial("127.0.0.1", server.sockets[0].getsockname()[1])
+            writer.write(who)
+            if who == b"s":
+                assert await asyncio.wait_for(reader.read(), 2) == b"bye"
+            writer.close()
+            assert await asyncio.wait_for(outcomes.get(), 3) == "closed"
+        await assert_loop_clean(loop_errors)
+    finally:
+        server.close()

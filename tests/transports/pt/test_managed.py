@@ -19,6 +19,7 @@ import pytest
 from ptadapter import ClientAdapter, ExtServerAdapter, ServerAdapter
 
 from transports import base
+from transports.obfs4.statefile import load_or_create
 from transports.pt import managed, socks5
 from transports.pt.environment import ClientConfig, ServerConfig
 
@@ -267,6 +268,94 @@ async def test_smethod_args_and_method_errors(tmp_path, capsys, monkeypatch):
     assert out[1] == "SMETHOD-ERROR failing bad option fail"
     assert out[2:] == ["SMETHODS DONE", "CMETHOD-ERROR argsy client not supported",
                        "CMETHODS DONE"]
+
+
+async def _http_upstream(body: bytes) -> asyncio.Server:
+    """Answers each GET with ``body``; closes right after the answer to ``Connection: close``
+    (as the lab's web server does), else waits for the next request or EOF."""
+    async def handle(r, w):
+        try:
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                await w.drain()
+                if b"connection: close" in head.lower():
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            w.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def test_obfs4_handlers_end_with_their_connections(tmp_path):
+    """Each obfs4 connection's handler ends once the connection is over, whichever
+    side ends it: it used to wait forever on the handshake's StreamWriter, whose
+    protocol the obfs4 session had replaced (every task alive at shutdown). And a
+    response the upstream sends right before closing arrives whole."""
+    body = os.urandom(200_000)
+    up = await _http_upstream(body)
+    state = load_or_create(tmp_path)
+    life = managed.Lifetime()
+    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["obfs4"],
+                       bindaddrs={"obfs4": ("127.0.0.1", 0)}, orport=("127.0.0.1", port_of(up)))
+    servers = await managed.start_server(cfg, life)
+    dial = base.get("obfs4").client_factory(None, {"cert": state.cert, "iat-mode": "0"}).dial
+    get = b"GET /bulk HTTP/1.1\r\nHost: web.lab\r\nConnection: %s\r\n\r\n"
+    try:
+        for last_close in (b"close", b"keep-alive"):  # the upstream ends it, or the client
+            r, w = await dial("127.0.0.1", port_of(servers[0]))
+            for conn in (b"keep-alive", last_close):
+                w.write(get % conn)
+                await r.readuntil(b"\r\n\r\n")
+                assert await asyncio.wait_for(r.readexactly(len(body)), 5) == body
+            w.close()
+            await w.wait_closed()
+            await asyncio.wait_for(life._idle.wait(), 2)  # no handler left behind
+            assert not life._tasks
+    finally:
+        for s in (*servers, up):
+            s.close()
+
+
+async def test_shutdown_cancels_handlers_quietly_but_reports_errors():
+    """Cancelling a tracked handler logs nothing (Python 3.11 logs "Exception in
+    callback ... CancelledError" for a cancelled client_connected_cb); a handler
+    that fails is still reported."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict] = []
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    life = managed.Lifetime()
+    entered = asyncio.Event()
+
+    async def handler(r, w):
+        entered.set()
+        if await r.read(1) == b"!":
+            raise RuntimeError("a real bug")
+        await asyncio.Event().wait()  # until cancelled
+
+    server = await asyncio.start_server(life.track(handler), "127.0.0.1", 0)
+    try:
+        _, w1 = await asyncio.open_connection("127.0.0.1", port_of(server))
+        _, w2 = await asyncio.open_connection("127.0.0.1", port_of(server))
+        w1.write(b"!")
+        w2.write(b".")
+        await asyncio.wait_for(entered.wait(), 2)
+        for _ in range(50):
+            if len(life._tasks) == 1 and reported:
+                break
+            await asyncio.sleep(0.02)
+        life.now.set()
+        await asyncio.wait_for(life.wait([server]), 3)
+        await asyncio.sleep(0.05)  # the done callbacks run
+        assert not life._tasks
+        assert [str(ctx.get("exception")) for ctx in reported] == ["a real bug"]
+        w1.close()
+        w2.close()
+    finally:
+        loop.set_exception_handler(None)
+        server.close()
 
 
 # Debian tor as the parent, inside a loopback-only network namespace.
