@@ -210,9 +210,10 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
                                                ds.flow_timeout_s) for _ in range(n)]
                     else:
                         targets = runner.services.benign_targets()
+                        edge_v6 = lab.addr("cdn", v6=True)
                         jobs = [traffic.benign_session(k, lab.ns("client"), targets, rng,
                                                        runner.services.sshd,
-                                                       ds.flow_timeout_s)
+                                                       ds.flow_timeout_s, edge_v6)
                                 for k in traffic.pick_kinds(rng, ds.benign_sessions)]
                     errors = asyncio.run(traffic.run_limited(jobs, ds.concurrency,
                                                              ds.flow_timeout_s))

@@ -62,8 +62,10 @@ def test_the_meek_tree_and_its_drop_across_settings(result):
     assert m["fpr_by_app"]["https-edge"]["flows"] >= 100
     drops = {(p["train_setting"], p["test_setting"]): p for p in result[0]["portability"]
              if p["positive"] == "meek" and p["kind"] == "tree"}
-    # Trained on the LAN, the tree misses meek on the small-MTU tunnel link.
-    assert drops[("lan", "tunnel")]["tpr_drop"] >= 0.5
+    # Trained on the tunnel link (80 ms RTT), the tree splits on an inter-arrival
+    # time, and misses meek on the LAN and the WAN, whose round trips are shorter.
+    assert drops[("tunnel", "lan")]["tpr_drop"] >= 0.5
+    assert drops[("tunnel", "wan")]["tpr_drop"] >= 0.5
 
 
 def test_the_shipped_meek_tree_is_reproduced_exactly(ds, result):
