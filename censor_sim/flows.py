@@ -21,23 +21,10 @@ from .packet import Packet
 FlowKey = tuple[str, str, int, int, int]  # client, server, proto, client port, server port
 
 
-@dataclass
-class Flow:
+class KeyedFlow:
+    """Names for the parts of an oriented flow key (client, server, proto, ports)."""
+
     key: FlowKey
-    first_seen: float
-    last_seen: float
-    stats: FlowStats
-    # Client→server / server→client payload bytes in arrival order, up to a cap;
-    # parsers that need more than one segment (a large ClientHello) read these.
-    c2s: bytearray = field(default_factory=bytearray)
-    s2c: bytearray = field(default_factory=bytearray)
-    c2s_payloads: list[bytes] = field(default_factory=list)
-    s2c_payloads: list[bytes] = field(default_factory=list)
-    packets: int = 0
-    # Per-detector scratch state and which detectors are finished with this flow.
-    state: dict[str, Any] = field(default_factory=dict)
-    done: set[str] = field(default_factory=set)
-    decided: str | None = None
 
     @property
     def client(self) -> str:
@@ -58,6 +45,25 @@ class Flow:
     @property
     def server_port(self) -> int:
         return self.key[4]
+
+
+@dataclass
+class Flow(KeyedFlow):
+    key: FlowKey
+    first_seen: float
+    last_seen: float
+    stats: FlowStats
+    # Client→server / server→client payload bytes in arrival order, up to a cap;
+    # parsers that need more than one segment (a large ClientHello) read these.
+    c2s: bytearray = field(default_factory=bytearray)
+    s2c: bytearray = field(default_factory=bytearray)
+    c2s_payloads: list[bytes] = field(default_factory=list)
+    s2c_payloads: list[bytes] = field(default_factory=list)
+    packets: int = 0
+    # Per-detector scratch state and which detectors are finished with this flow.
+    state: dict[str, Any] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    decided: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"client": self.client, "server": self.server, "proto": self.proto,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .detectors.ml.flowlog import DOWN, UP, FlowLog
+from .flows import FlowKey, KeyedFlow
 from .packet import TCP, UDP, Packet, parse
 
 _MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
@@ -85,31 +86,12 @@ def wire_payload_length(pkt: Packet, orig_len: int) -> int:
     return max(total - pkt.l4_offset - header, 0)
 
 
-FlowKey = tuple[str, str, int, int, int]  # client, server, proto, client port, server port
-
-
 @dataclass
-class PcapFlow:
+class PcapFlow(KeyedFlow):
     key: FlowKey
     start: float  # capture time of the first packet
     log: FlowLog
     packets: int = 0  # all packets of the flow in the capture, not only the logged ones
-
-    @property
-    def client(self) -> str:
-        return self.key[0]
-
-    @property
-    def server(self) -> str:
-        return self.key[1]
-
-    @property
-    def proto(self) -> int:
-        return self.key[2]
-
-    @property
-    def server_port(self) -> int:
-        return self.key[4]
 
 
 def flows_from_pcap(path: Path, clients: Iterable[str], window: int = 30,

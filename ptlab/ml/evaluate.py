@@ -94,6 +94,22 @@ def _thin(points: list[tuple[float, float, float]]) -> list[list[float]]:
     return [[round(f, 6), round(t, 6)] for f, t, _ in kept]
 
 
+def _models(ds: Dataset, opts: EvalOptions, train_idx: list[int], positive: str, window: int,
+            provenance: dict[str, Any], skipped: list[str]) -> list[Model]:
+    """The entropy test, and each learner trained on `train_idx` (a learner that
+    cannot train, for want of one class, is noted in `skipped`)."""
+    models: list[Model] = [entropy_length_model(window)]
+    labels = ds.labels
+    for kind in opts.learners:
+        try:
+            models.append(train(kind, [ds.X[i] for i in train_idx],
+                                [labels[i] == positive for i in train_idx], seed=opts.seed,
+                                window=window, positive=positive, provenance=provenance))
+        except ValueError as exc:
+            skipped.append(str(exc))
+    return models
+
+
 def evaluate(ds: Dataset, opts: EvalOptions) -> dict[str, Any]:
     """Every metric of the evaluation as one JSON-ready dict (deterministic per seed)."""
     window = int(ds.manifest["window"])
@@ -123,15 +139,11 @@ def evaluate(ds: Dataset, opts: EvalOptions) -> dict[str, Any]:
         te = [i for i in test_idx if labels[i] in task]
         entry: dict[str, Any] = {"positive": positive, "train": len(tr), "test": len(te),
                                  "models": []}
-        models: list[Model] = [entropy_length_model(window)]
-        for kind in opts.learners:
-            try:
-                models.append(train(kind, [ds.X[i] for i in tr],
-                                    [labels[i] == positive for i in tr], seed=opts.seed,
-                                    window=window, positive=positive,
-                                    provenance={**prov, "settings": settings}))
-            except ValueError as exc:
-                entry.setdefault("skipped", []).append(str(exc))
+        skipped: list[str] = []
+        models = _models(ds, opts, tr, positive, window, {**prov, "settings": settings},
+                         skipped)
+        if skipped:
+            entry["skipped"] = skipped
         for model in models:
             scored = _score(model, ds, te, positive)
             hi = scored["fpr_ci95"][1]
@@ -166,15 +178,7 @@ def _portability(ds: Dataset, opts: EvalOptions, positive: str, window: int,
         tr = [i for i in train_idx if labels[i] in task and where[i] == a]
         same = [i for i in test_idx if labels[i] in task and where[i] == a]
         cross = [i for i in test_idx if labels[i] in task and where[i] == b]
-        models: list[Model] = [entropy_length_model(window)]
-        for kind in opts.learners:
-            try:
-                models.append(train(kind, [ds.X[i] for i in tr],
-                                    [labels[i] == positive for i in tr], seed=opts.seed,
-                                    window=window, positive=positive,
-                                    provenance={**prov, "settings": [a]}))
-            except ValueError:
-                continue
+        models = _models(ds, opts, tr, positive, window, {**prov, "settings": [a]}, [])
         for model in models:
             s, c = _score(model, ds, same, positive), _score(model, ds, cross, positive)
             out.append({"positive": positive, "kind": model.kind, "train_setting": a,
