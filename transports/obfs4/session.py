@@ -14,7 +14,15 @@ frames, with obfs4proxy's per-burst padding and iat-modes:
 
 There is no half-close in obfs4: EOF from the application (``write_eof``)
 closes the session, after what is queued has gone out, as obfs4proxy's copy
-loop closes both ends when one direction ends. A frame that fails
+loop closes both ends when one direction ends. The socket itself closes
+gracefully ("lingering close", as HTTP servers do): once our data has gone
+out we send a FIN, then read and discard whatever the peer still sends until
+its FIN, or for at most ``LINGER_S``. Closing at once would lose data: the
+peer may still have bytes in flight (the padding frames of a burst whose
+first segment we have already acted on, say), and Linux answers data that
+reaches a closed socket, or sits unread in one when it closes, with a RST,
+which throws away the response still queued in our kernel send buffer (and
+the peer's own unread receive buffer). A frame that fails
 authentication ends the session at once (only a peer that completed the
 handshake can get here): the application's reader gets what decoded before
 it, then EOF.
@@ -51,6 +59,8 @@ WRITE_HIGH_WATER = 512 * 1024
 # The IAT queue pauses the application above this and resumes it below the low
 # mark: at ~0.2 MB/s of paced output, 64 KiB is a third of a second.
 PACED_HIGH_WATER, PACED_LOW_WATER = 64 * 1024, 16 * 1024
+# After our FIN, how long to wait for the peer's before closing the socket anyway.
+LINGER_S = 10.0
 
 
 @dataclass
@@ -131,6 +141,8 @@ class Obfs4Transport(asyncio.Transport):
     def get_extra_info(self, name: str, default=None):
         if name == "obfs4":
             return self._p
+        if name == "session_error":  # why the peer's frames ended the session, or None
+            return self._p.error
         return self._p.raw.get_extra_info(name, default)
 
     def get_protocol(self):
@@ -170,6 +182,7 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         self._rbuf = bytearray(RECV_BUFFER)
         self._rview = memoryview(self._rbuf)
         self._rlen = 0
+        self._linger: asyncio.TimerHandle | None = None
         self.app.connection_made(self.transport)
 
     # -- raw side --------------------------------------------------------------
@@ -177,6 +190,8 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         return self._rview[self._rlen:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.closing:  # lingering: the session is over, what still comes is dropped
+            return
         self._rlen += nbytes
         self._decode()
 
@@ -184,7 +199,7 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         """Bytes that did not come through :meth:`get_buffer` (the handshake's leftover)."""
         with memoryview(data) as view:
             pos = 0
-            while pos < len(view) and self.error is None:
+            while pos < len(view) and self.error is None and not self.closing:
                 n = min(len(view) - pos, len(self._rbuf) - self._rlen)
                 self._rview[self._rlen:self._rlen + n] = view[pos:pos + n]
                 self._rlen += n
@@ -221,6 +236,8 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._pacer:
             self._pacer.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
         # A forged or corrupted frame ends the session like an EOF: the
         # application keeps every byte decoded before it. `self.error` keeps
         # the reason for diagnostics (get_extra_info("obfs4").error).
@@ -316,14 +333,30 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
         if self._queue_paused:
             self._set_paused(queue=False)
         if self.closing:
-            self.raw.close()
+            self._shutdown()
 
     def close(self) -> None:
+        """End the session: what is queued goes out, then the socket closes gracefully."""
         if self.closing:
             return
         self.closing = True
+        self._rlen = 0
         if self._pacer is None or self._pacer.done():
-            self.raw.close()
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        """FIN after our data, keep reading (and dropping) until the peer's FIN or
+        ``LINGER_S``; eof_received then closes the socket (see the module docs)."""
+        raw = self.raw
+        if raw.is_closing():
+            return
+        if not raw.can_write_eof():
+            raw.close()
+            return
+        raw.write_eof()  # asyncio sends the FIN once its write buffer is empty
+        if not raw.is_reading():  # the application had paused reading: we must not
+            raw.resume_reading()
+        self._linger = self.loop.call_later(LINGER_S, raw.close)
 
 
 def attach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover: bytes,

@@ -164,6 +164,23 @@ def _has_role(transport: base.Transport, role: str) -> bool:
     return getattr(type(transport), method) is not getattr(base.Transport, method)
 
 
+async def _relay(name: str, a: base.Streams, b: base.Streams) -> None:
+    """:func:`relay`; and log it when a transport session ended on bad frames.
+
+    A session that ends on a frame failing authentication looks like an EOF to
+    the application (obfs4: ``get_extra_info("session_error")``), so say so in
+    the log (stdout to the parent, never the network), without addresses.
+    """
+    try:
+        await relay(a, b)
+    finally:
+        for _, writer in (a, b):
+            error = writer.get_extra_info("session_error")
+            if error is not None:
+                _log("warning", f"{name}: session ended on a framing error: "
+                                f"{_describe(error)}")
+
+
 async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(Exception):
@@ -206,7 +223,7 @@ def _socks_handler(name: str, transport: base.Transport, state: Path) -> Handler
             await _close(inner[1])
             await _close(writer)
             return
-        await relay((reader, writer), inner)
+        await _relay(name, (reader, writer), inner)
     return handle
 
 
@@ -256,7 +273,7 @@ async def _hand_to_tor(name: str, cfg: ServerConfig, inner: base.Streams,
         _log("error", f"{name}: cannot hand the connection to the {which}: {_describe(exc)}")
         await _close(inner[1])
         return
-    await relay(inner, upstream)
+    await _relay(name, inner, upstream)
 
 
 def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -> Handler:

@@ -609,3 +609,52 @@ async def test_handshake_writer_sees_the_session_end(loop_errors) -> None:
         await assert_loop_clean(loop_errors)
     finally:
         server.close()
+
+
+async def test_session_end_waits_for_the_peer_so_a_late_segment_loses_nothing(loop_errors) -> None:
+    """The application ends the session (``write_eof``) with a long response still
+    queued while the peer is still sending: the tail of a padded burst whose first
+    segment carried the request (seen on shaped links, about 1 flow in 300). The
+    socket used to close at once; Linux then answered the late bytes (unread, or
+    reaching a closed socket) with a RST that threw away the response still in the
+    kernel's send queue, and the peer saw its data cut short. Now the session
+    sends its FIN, drops what still comes and closes on the peer's FIN."""
+    key = make_key()
+    factory = Obfs4ServerFactory([key], os.urandom(24), 0)
+    body = os.urandom(8 << 20)  # more than the socket buffers hold: most still queued
+    ended = asyncio.Event()
+    handlers: set[asyncio.Task] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        inner_r, inner_w = await factory.wrap(reader, writer)
+        await inner_r.readexactly(3)
+        inner_w.write(body)
+        inner_w.write_eof()  # the upstream answered "Connection: close" and closed
+        ended.set()
+        await inner_r.read()  # as relay does: the other direction runs to its end
+        inner_w.close()
+        await inner_w.wait_closed()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = Obfs4ClientFactory(key.node_id, key.identity.public, 0, timeout_s=5)
+    try:
+        reader, writer = await client.dial("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.write(b"GET")
+        await asyncio.wait_for(ended.wait(), 5)
+        await asyncio.sleep(0.05)  # the server's close has run; nothing read yet here
+        writer.write(b"late padding" * 100)
+        got = bytearray()
+        try:
+            async with asyncio.timeout(20):
+                while chunk := await reader.read(1 << 20):
+                    got += chunk
+        except ConnectionError as exc:
+            pytest.fail(f"{type(exc).__name__} after {len(got)} of {len(body)} bytes")
+        assert len(got) == len(body) and got == body
+        writer.close()
+        await finish(handlers)
+        await assert_loop_clean(loop_errors)
+    finally:
+        server.close()

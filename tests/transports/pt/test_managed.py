@@ -1,6 +1,7 @@
 """Managed mode end to end: ptadapter and Debian tor as the parent of our PT."""
 
 import asyncio
+import contextlib
 import os
 import queue
 import random
@@ -314,6 +315,36 @@ async def test_obfs4_handlers_end_with_their_connections(tmp_path):
             await w.wait_closed()
             await asyncio.wait_for(life._idle.wait(), 2)  # no handler left behind
             assert not life._tasks
+    finally:
+        for s in (*servers, up):
+            s.close()
+
+
+async def test_obfs4_session_ended_by_bad_frames_is_logged(tmp_path, capsys):
+    """A session that ends on a frame failing authentication looks like an EOF to
+    the relay: the server says so in a LOG line (no addresses), for the cell logs."""
+    up = await echo_server()
+    state = load_or_create(tmp_path)
+    life = managed.Lifetime()
+    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["obfs4"],
+                       bindaddrs={"obfs4": ("127.0.0.1", 0)}, orport=("127.0.0.1", port_of(up)))
+    servers = await managed.start_server(cfg, life)
+    dial = base.get("obfs4").client_factory(None, {"cert": state.cert, "iat-mode": "0"}).dial
+    try:
+        r, w = await dial("127.0.0.1", port_of(servers[0]))
+        w.write(b"ping")
+        assert await asyncio.wait_for(r.readexactly(4), 5) == b"ping"
+        w.transport.get_extra_info("obfs4").raw.write(bytes(3000))  # not a frame
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(r.read(), 5) == b""
+        w.close()
+        await asyncio.wait_for(life._idle.wait(), 2)
+        logs = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("LOG ")]
+        assert len(logs) == 1, logs
+        assert logs[0].startswith("LOG SEVERITY=warning")
+        assert "obfs4: session ended on a framing error: " in logs[0]
+        assert "127.0.0.1" not in logs[0]
     finally:
         for s in (*servers, up):
             s.close()
