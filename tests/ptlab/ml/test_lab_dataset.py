@@ -4,7 +4,8 @@ One dataset of about 900 real flows is collected per session in the lab (the
 3,003-flow dataset the shipped model came from is checked exactly in
 test_shipped_dataset.py; this one shows a fresh collection agrees): obfs4
 (ours), meek (through the CDN edge, fronted) and a benign mix (HTTPS through
-the same edge and to a web server, HTTP, SSH, DNS over TCP, a binary protocol) under a LAN setting and a slower, lossy WAN setting. The
+the same edge and to a web server, HTTP, SSH, DNS over TCP, a binary
+protocol), under a LAN setting and a slower, lossy WAN setting. The
 evaluation then runs on it exactly as ``ptlab evaluate`` does.
 """
 
