@@ -110,3 +110,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFixture]:
         fixture.stop()
         if not os.environ.get("PTLAB_KEEP_RESULTS"):
             shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tor_network(lab: LabFixture):
+    """The lab's private Tor network (3 authorities, 2 exits on the ``tornet`` node),
+    started once; ``tor_network.client(datadir)`` and ``.bridge(datadir)`` plan more
+    nodes, and ``.process(node)`` runs one in its namespace."""
+    from .tor.network import shared
+
+    assert lab.runner.services is not None
+    return shared(lab.lab, lab.runner.services.dir / "tor")
+

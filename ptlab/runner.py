@@ -106,6 +106,10 @@ class LabRunner:
         return self
 
     def stop(self) -> None:
+        if self.lab:
+            from .tor.network import stop_shared
+
+            stop_shared(self.lab)  # the private Tor network, if a cell started one
         if self.delay_line:
             self.delay_line.stop()
             self._collect_events("lab", [self.delay_line.proc])
@@ -227,7 +231,8 @@ class LabRunner:
         plugin = plugins.get(transport)
         ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
                           self.spec.seed, self.services.upstream,
-                          lab_ca=self.services.ca.ca_path if self.services.ca else None)
+                          lab_ca=self.services.ca.ca_path if self.services.ca else None,
+                          lab_dir=self.services.dir)
         run = CellRun(name)
         row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
         restarted = self.services.restart_dead()
@@ -247,6 +252,7 @@ class LabRunner:
                 self._start(run, svc, cell_dir)
             endpoint = plugin.endpoint(ctx)
             asyncio.run(self._workloads(row, endpoint, baseline_only))
+            row.notes += plugin.notes(ctx)
             self._check_alive(row, run)
             self._finish_censor(row, run, t_client)
         except (LabError, profiles.ProfileError, OSError) as exc:
@@ -282,7 +288,8 @@ class LabRunner:
                 plugin = plugins.get(transport)
                 ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
                                   self.spec.seed, self.services.upstream,
-                                  lab_ca=self.services.ca.ca_path if self.services.ca else None)
+                                  lab_ca=self.services.ca.ca_path if self.services.ca else None,
+                                  lab_dir=self.services.dir)
                 for svc in plugin.servers(ctx):
                     self._start(run, svc, cell_dir)
                 for svc in plugin.clients(ctx):
@@ -387,14 +394,16 @@ class LabRunner:
         assert self.lab and self.services
         w = self.spec.workloads
         ns = self.lab.ns("client")
-        row.bootstrap_s = await bootstrap(ns, endpoint, w.bootstrap_timeout_s)
+        # A transport that must bootstrap first (tor) gets at least its own floor.
+        boot_s = max(w.bootstrap_timeout_s, plugins.get(row.transport).bootstrap_floor_s)
+        row.bootstrap_s = await bootstrap(ns, endpoint, boot_s)
         reps = 1 if baseline_only else self.spec.repetitions
         row.repetitions = reps
         goodputs: list[float] = []
         failure: str | None = None
         moved = 0
         if row.bootstrap_s is None:
-            failure = f"no request got through within {w.bootstrap_timeout_s:.0f} s"
+            failure = f"no request got through within {boot_s:.0f} s"
         else:
             for r in range(reps):
                 res = await bulk_download(ns, endpoint, w.bulk_size, self.spec.seed + r,

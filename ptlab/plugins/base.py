@@ -56,6 +56,7 @@ class CellContext:
     seed: int
     upstream: tuple[str, int]  # where bridges relay to (the web node's HTTP server)
     lab_ca: Path | None = None  # the lab CA's root certificate, which lab clients trust
+    lab_dir: Path | None = None  # lab-wide state shared by cells (the private Tor network)
     python: str = sys.executable
 
     def py(self, *module_args: str) -> list[str]:
@@ -84,6 +85,9 @@ class LabPlugin:
 
     name = "?"
     description = ""
+    # The least time a row of this plugin gets for its first request (the spec's
+    # workloads.bootstrap_timeout_s applies when larger): tor builds circuits first.
+    bootstrap_floor_s = 0.0
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ValueError naming a bad key in [transports.<name>]."""
@@ -104,4 +108,9 @@ class LabPlugin:
 
     def peer_binaries(self) -> list[str]:
         """Real-peer binaries this plugin runs (their versions go into provenance)."""
+        return []
+
+    def notes(self, ctx: CellContext) -> list[str]:
+        """What the cell's row should say about this transport once it has run
+        (read from its processes' logs), e.g. tor's bootstrap."""
         return []

@@ -73,7 +73,7 @@ def test_unparsable_and_missing_files(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["default.toml", "full.toml", "snowflake.toml", "meek.toml",
-                                  "conjure.toml", "ml.toml"])
+                                  "conjure.toml", "ml.toml", "tor.toml"])
 def test_shipped_specs_are_valid(name):
     from censor_sim.profile import available
     from ptlab import plugins
