@@ -119,6 +119,5 @@ def tor_network(lab: LabFixture):
     nodes, and ``.process(node)`` runs one in its namespace."""
     from .tor.network import shared
 
-    assert lab.runner.services is not None
-    return shared(lab.lab, lab.runner.services.dir / "tor")
+    return shared(lab.lab, lab.lab.state_dir / "tor")
 
