@@ -60,4 +60,5 @@ def test_everything_tor_writes_is_in_the_labs_directory(lab, tor_network):
     assert (base / "auth0" / "keys" / "authority_certificate").exists()
     assert list(base.glob("cells/*/bridge/keys"))  # the bridges' identities too
     written = {p.name for p in lab.runner.out.rglob("*") if p.is_file()}
-    assert not written & {"cached-consensus", "cached-certs", "secret_id_key", "authority_certificate"}
+    assert not written & {"cached-consensus", "cached-certs", "secret_id_key",
+                          "authority_certificate"}
