@@ -184,10 +184,13 @@ class TorPlugin(LabPlugin):
             took = f" {_seconds(done.group(1)) - _seconds(start.group(1)):.1f} s after 0%,"
         out.append(f"tor: Bootstrapped 100%{took} at {done.group(1)}")
         debug = self._datadir(ctx, "bridge") / "debug.log"
-        seen = SEEN.search(debug.read_text(errors="replace")) if debug.exists() else None
-        if seen:  # what our server PT reported through the Extended ORPort
-            out.append(f"bridge tor (Extended ORPort): client {seen.group(1)}, "
-                       f"transport {seen.group(2)}")
+        text = debug.read_text(errors="replace") if debug.exists() else ""
+        # What our server PT reported through the Extended ORPort; the relays'
+        # own connections to the bridge's ORPort come with no transport.
+        seen = [m for m in SEEN.finditer(text) if m.group(2) != "<no transport>"]
+        if seen:
+            out.append(f"bridge tor (Extended ORPort): client {seen[0].group(1)}, "
+                       f"transport {seen[0].group(2)}")
         return out
 
 
