@@ -77,6 +77,8 @@ class LabRunner:
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
         self.delay_line: shaping.DelayLineHandle | None = None
+        # The processes of the traffic_session in progress (benchmarks read them).
+        self.session: CellRun | None = None
 
     # --- lab lifecycle --------------------------------------------------------
 
@@ -277,7 +279,7 @@ class LabRunner:
         assert self.lab and self.services
         cell_dir = self.out / "cells" / name
         cell_dir.mkdir(parents=True, exist_ok=True)
-        run = CellRun(name)
+        run = self.session = CellRun(name)
         try:
             self._wire_sized_segments(run)
             pcap.parent.mkdir(parents=True, exist_ok=True)
@@ -298,6 +300,7 @@ class LabRunner:
             yield endpoint
         finally:
             self._stop_cell(run)
+            self.session = None
 
     def _check_alive(self, row: Row, run: CellRun) -> None:
         """A result measured while part of the lab was dead is no result."""
