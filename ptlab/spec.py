@@ -206,12 +206,43 @@ def _check_censor_columns(spec: Spec) -> None:
             raise SpecError(f"{where}.{why}")
 
 
-def load_spec(path: Path, known_transports: list[str] | None = None,
-              known_profiles: list[str] | None = None) -> Spec:
+def read_toml(path: Path) -> dict[str, Any]:
+    """A spec file's TOML, or a SpecError naming the file."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
-    return parse_spec(data, Path(path), known_transports, known_profiles)
+
+
+class Checker:
+    """Key and value checks for the other spec formats (datasets, scale specs);
+    every error names the file (`where`) and the key path."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def table(self, t: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(t, dict):
+            raise SpecError(f"{self.where}: {path}: expected a table")
+        for k in t:
+            if k not in allowed:
+                raise SpecError(f"{self.where}: {path}.{k}: unknown key "
+                                f"(allowed: {', '.join(sorted(allowed))})")
+        return t
+
+    def number(self, t: dict[str, Any], key: str, path: str, default: float, lo: float,
+               hi: float, integer: bool = False) -> Any:
+        v = t.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
+            raise SpecError(f"{self.where}: {path}.{key}: expected "
+                            f"{'an integer' if integer else 'a number'}")
+        if not lo <= v <= hi:
+            raise SpecError(f"{self.where}: {path}.{key}: must be in [{lo}, {hi}]")
+        return v
+
+
+def load_spec(path: Path, known_transports: list[str] | None = None,
+              known_profiles: list[str] | None = None) -> Spec:
+    return parse_spec(read_toml(path), Path(path), known_transports, known_profiles)

@@ -8,12 +8,11 @@ errors name their path, as for experiment specs.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..spec import SpecError
+from ..spec import Checker, SpecError, read_toml
 
 
 @dataclass
@@ -46,24 +45,8 @@ REGIONS = ("core", "clients", "proxies")
 
 
 def parse_scale_spec(data: dict[str, Any], where: str = "spec") -> ScaleSpec:
-    def table(t: Any, path: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(t, dict):
-            raise SpecError(f"{where}: {path}: expected a table")
-        for k in t:
-            if k not in allowed:
-                raise SpecError(f"{where}: {path}.{k}: unknown key "
-                                f"(allowed: {', '.join(sorted(allowed))})")
-        return t
-
-    def num(t: dict[str, Any], key: str, path: str, default: float, lo: float, hi: float,
-            integer: bool = False) -> Any:
-        v = t.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-            raise SpecError(f"{where}: {path}.{key}: expected "
-                            f"{'an integer' if integer else 'a number'}")
-        if not lo <= v <= hi:
-            raise SpecError(f"{where}: {path}.{key}: must be in [{lo}, {hi}]")
-        return v
+    c = Checker(where)
+    table, num = c.table, c.number
 
     table(data, "", {"scale", "churn", "network", "workload"})
     sc = table(data.get("scale", {}), "scale",
@@ -99,10 +82,4 @@ def parse_scale_spec(data: dict[str, Any], where: str = "spec") -> ScaleSpec:
 
 
 def load_scale_spec(path: Path) -> ScaleSpec:
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such spec file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
-    return parse_scale_spec(data, Path(path).name)
+    return parse_scale_spec(read_toml(path), Path(path).name)

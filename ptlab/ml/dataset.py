@@ -32,7 +32,6 @@ import hashlib
 import json
 import random
 import time
-import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from censor_sim.detectors.ml import features
 from censor_sim.pcapflows import flows_from_pcap
 
 from .. import plugins
-from ..spec import SpecError, parse_spec
+from ..spec import Checker, SpecError, parse_spec, read_toml
 from . import traffic
 
 FORMAT = "ptlab-dataset/1"
@@ -78,24 +77,8 @@ class DatasetSpec:
 
 def parse_dataset_spec(data: dict[str, Any], where: str = "spec") -> DatasetSpec:
     """Validate a dataset spec; every error names its key path."""
-    def check(table: Any, path: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(table, dict):
-            raise SpecError(f"{where}: {path}: expected a table")
-        for k in table:
-            if k not in allowed:
-                raise SpecError(f"{where}: {path}.{k}: unknown key "
-                                f"(allowed: {', '.join(sorted(allowed))})")
-        return table
-
-    def num(table: dict[str, Any], key: str, path: str, default: float, lo: float,
-            hi: float, integer: bool = False) -> Any:
-        v = table.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-            raise SpecError(f"{where}: {path}.{key}: expected "
-                            f"{'an integer' if integer else 'a number'}")
-        if not lo <= v <= hi:
-            raise SpecError(f"{where}: {path}.{key}: must be in [{lo}, {hi}]")
-        return v
+    c = Checker(where)
+    check, num = c.table, c.number
 
     check(data, "", {"dataset", "settings", "transports", "benign"})
     ds = check(data.get("dataset", {}), "dataset",
@@ -147,13 +130,7 @@ def parse_dataset_spec(data: dict[str, Any], where: str = "spec") -> DatasetSpec
 
 
 def load_dataset_spec(path: Path) -> DatasetSpec:
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such dataset spec") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
-    return parse_dataset_spec(data, Path(path).name)
+    return parse_dataset_spec(read_toml(path), Path(path).name)
 
 
 def scaled(spec: DatasetSpec, factor: float) -> DatasetSpec:
