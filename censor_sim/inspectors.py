@@ -283,11 +283,17 @@ class MlInspector(Inspector):
     def inspect(self, flow, pkt, c2s):
         from .detectors.ml.flowlog import DOWN, UP, FlowLog
 
-        log = flow.state.get(self.name)
+        # One log per flow, shared by every ml detector: the first to see a packet
+        # records it, so the packet path copies each payload once.
+        log: FlowLog | None = flow.state.get("ml.log")
         if log is None:
-            log = flow.state[self.name] = FlowLog(self.model.window)
-        log.add(UP if c2s else DOWN, flow.last_seen - flow.first_seen, len(pkt.payload),
-                pkt.payload)
+            log = flow.state["ml.log"] = FlowLog(self.model.window)
+            flow.state["ml.seen"] = 0
+        log.limit = max(log.limit, self.model.window)
+        if flow.state["ml.seen"] < flow.packets:
+            flow.state["ml.seen"] = flow.packets
+            log.add(UP if c2s else DOWN, flow.last_seen - flow.first_seen, len(pkt.payload),
+                    pkt.payload)
         decision = self.model.decide(log)
         if decision is None:
             return None

@@ -30,7 +30,7 @@ from typing import Any
 from netns.topology import Topology
 
 from ..labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
-from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, shared
+from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
 from .base import CellContext, Endpoint, LabPlugin, Service
 from .conjure import PHANTOMS as CONJURE_PHANTOMS
 from .conjure import PLUGIN as CONJURE
@@ -173,9 +173,9 @@ class TorPlugin(LabPlugin):
     def notes(self, ctx: CellContext) -> list[str]:
         log = ctx.workdir / "tor-client.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        net = self._network(ctx)
+        net = existing(ctx.lab)  # reading notes must not start (or restart) a network
         out = [f"tor network: a consensus with every relay and exit {net.up_s:.1f} s "
-               f"after it started"] if net.up_s is not None else []
+               f"after it started"] if net and net.up_s is not None else []
         done, start = DONE.search(text), START.search(text)
         if not done:
             return [*out, "tor: did not reach Bootstrapped 100%"]
@@ -183,7 +183,8 @@ class TorPlugin(LabPlugin):
         if start:
             took = f" {_seconds(done.group(1)) - _seconds(start.group(1)):.1f} s after 0%,"
         out.append(f"tor: Bootstrapped 100%{took} at {done.group(1)}")
-        debug = self._datadir(ctx, "bridge") / "debug.log"
+        debug = (net.base / "cells" / ctx.workdir.name / "bridge" / "debug.log") if net \
+            else Path("/nonexistent")
         text = debug.read_text(errors="replace") if debug.exists() else ""
         # What our server PT reported through the Extended ORPort; the relays'
         # own connections to the bridge's ORPort come with no transport.

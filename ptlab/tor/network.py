@@ -164,6 +164,12 @@ def shared(lab: Lab, base: Path) -> TorNetwork:
         return net
 
 
+def existing(lab: Lab) -> TorNetwork | None:
+    """The lab's network if one was started (never starts one)."""
+    with _LOCK:
+        return _SHARED.get(lab.id)
+
+
 def stop_shared(lab: Lab) -> None:
     """Stop the lab's network, if one was started (the runner calls this on teardown)."""
     with _LOCK:

@@ -228,7 +228,7 @@ def test_ml_tree_abstains_until_its_window():
     for _ in range(25):
         clock.t += 0.001
         eng.handle(tcp(SERVER, CLIENT, 443, 40003, ACK, b"\x17\x03\x03" + bytes(100)), False)
-    assert len(flow.state["meek"]) == 29 and "meek" not in flow.done
+    assert len(flow.state["ml.log"]) == 29 and "meek" not in flow.done
     clock.t += 0.001
     eng.handle(tcp(CLIENT, SERVER, 40003, 443, ACK), True)
     assert "meek" in flow.done  # decided at packet 30 (here: not meek)
