@@ -25,8 +25,14 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-def in_namespace(ns: str, fn, *args, **kw):
-    """Call fn(*args, **kw) in a thread that has entered namespace `ns`."""
+def in_namespace(ns: str | None, fn, *args, **kw):
+    """Call fn(*args, **kw) in a thread that has entered namespace `ns`.
+
+    ``ns=None`` is the caller's own namespace: the same workload code then runs
+    on a machine of its own (a VM), where the host is the client.
+    """
+    if ns is None:
+        return fn(*args, **kw)
     box: dict = {}
 
     def worker() -> None:
@@ -49,7 +55,7 @@ def in_namespace(ns: str, fn, *args, **kw):
 
 
 def ns_socket(
-    ns: str, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM
+    ns: str | None, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM
 ) -> socket.socket:
-    """A new, unconnected socket in namespace `ns`."""
+    """A new, unconnected socket in namespace `ns` (None: this process's own)."""
     return in_namespace(ns, socket.socket, family, type)

@@ -185,6 +185,68 @@ def cmd_censor(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- ptlab vm ----------------------------------------------------------------
+
+def cmd_vm_up(args: argparse.Namespace) -> int:
+    from ptlab.vm.vagrant import vagrant
+
+    vagrant(["up", *(["--provider", args.provider] if args.provider else [])], capture=False)
+    print("VMs up: 'ptlab vm run SPEC' runs an experiment on them, 'ptlab vm down' removes them")
+    return 0
+
+
+def cmd_vm_down(args: argparse.Namespace) -> int:
+    from ptlab.vm.vagrant import vagrant
+
+    vagrant(["destroy", "-f"], capture=False)
+    return 0
+
+
+def cmd_vm_run(args: argparse.Namespace) -> int:
+    """An experiment across the client, censor and servers machines: the VMs, or
+    (--split) three namespaces laid out like them."""
+    from rich.console import Console
+
+    from censor_sim.profile import available as profiles_available
+
+    from . import plugins
+    from .experiment import run_experiment
+    from .spec import load_spec
+    from .vm.runner import VmRunner, check_spec
+
+    spec = load_spec(Path(args.spec), plugins.available(), profiles_available())
+    if args.quick:
+        spec.repetitions = 1
+        spec.workloads.bulk_size = min(spec.workloads.bulk_size, 1_000_000)
+        spec.workloads.latency_count = min(spec.workloads.latency_count, 3)
+    check_spec(spec)
+    require_root()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.results) if args.results else REPO / "results" / f"vm-{stamp}"
+    console = Console(width=None if sys.stdout.isatty() else 132)
+    if args.split:
+        from .vm.split import SplitMachines
+
+        require_tools("ip", "nft", "iptables", "tcpdump")
+        machines = SplitMachines(sys.executable, args.lab_id)
+        runner = VmRunner(spec, out, machines, log=console.print,
+                          label="three namespaces laid out as the VMs")
+    else:
+        from .vm.vagrant import VagrantMachines
+
+        work = Path("/var/tmp/ptlab-vm") / stamp  # the same path on every VM
+        runner = VmRunner(spec, out, VagrantMachines(work), work=work, log=console.print,
+                          label="the three VMs")
+    _term_to_exit()
+    outcome = run_experiment(spec, out, console=console, runner=runner)
+    console.print(f"report: [bold]{outcome.report}[/]")
+    for f in outcome.integrity_failures:
+        print(f"ptlab: {f}", file=sys.stderr)
+    for f in outcome.failed_expectations:
+        print(f"ptlab: expectation failed: {f}", file=sys.stderr)
+    return 1 if outcome.integrity_failures or outcome.failed_expectations else 0
+
+
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -358,6 +420,26 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("out", help="output directory")
     sh.add_argument("--python", help="the Python that Shadow hosts run (default: this one)")
     sh.set_defaults(fn=cmd_export_shadow)
+
+    vm = sub.add_parser("vm", help="run experiments across three VMs (Vagrantfile)",
+                        description="A client, a censor router and the servers on machines "
+                                    "of their own: the Vagrant VMs, or three namespaces "
+                                    "laid out like them (run --split).")
+    vsub = vm.add_subparsers(dest="vm_command", required=True)
+    vup = vsub.add_parser("up", help="vagrant up: boot and provision the three VMs")
+    vup.add_argument("--provider", choices=("libvirt", "virtualbox"),
+                     help="Vagrant provider (default: Vagrant's choice)")
+    vup.set_defaults(fn=cmd_vm_up)
+    vrun = vsub.add_parser("run", help="run an experiment spec across the three machines")
+    vrun.add_argument("spec", help="experiment TOML, e.g. experiments/vm.toml")
+    vrun.add_argument("--split", action="store_true",
+                      help="no VMs: the same commands in three namespaces on this machine")
+    vrun.add_argument("--results", help="results directory (default results/vm-<timestamp>)")
+    vrun.add_argument("--quick", action="store_true", help="one repetition, small bulk size")
+    vrun.add_argument("--lab-id", help="lab id of the --split namespaces (default random)")
+    vrun.set_defaults(fn=cmd_vm_run)
+    vdown = vsub.add_parser("down", help="vagrant destroy -f: remove the three VMs")
+    vdown.set_defaults(fn=cmd_vm_down)
 
     rep = sub.add_parser("report", help="render report.html for a results directory")
     rep.add_argument("results_dir")

@@ -27,18 +27,23 @@ class Outcome:
 
 
 def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
-                   capture: bool = True) -> Outcome:
+                   capture: bool = True, runner: LabRunner | None = None) -> Outcome:
+    """Run `spec` and write results.json, results.csv and report.html to `out_dir`.
+
+    `runner` runs the cells: by default the namespace lab; ``ptlab vm run``
+    passes a :class:`ptlab.vm.runner.VmRunner` for the three machines.
+    """
     started, t0 = now_iso(), time.monotonic()
     cells = spec.cells()
     log = console.print if console else print
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
     peers = sorted(set(PEER_BINARIES)
                    | {b for t in spec.transports for b in plugins.get(t).peer_binaries()})
-    runner = LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
+    runner = runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
     with progress(console) as bar:
         task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
         with runner:
-            bar.update(task, description=f"{spec.name}: lab {runner.lab.id} up, "
+            bar.update(task, description=f"{spec.name}: {runner.describe()} up, "
                                          f"RTT {runner.rtt_ms} ms")
 
             prov = provenance({"experiment": spec.seed}, profile_files, peers)

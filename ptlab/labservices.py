@@ -45,10 +45,6 @@ EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
                 CONJURE_EDGE_NAME: ("isp", CONJURE_REGISTRAR_PORT, "cdn")}
 
 
-def _both(port: int) -> list[str]:
-    return [f"0.0.0.0:{port}", f"[::]:{port}"]
-
-
 class LabServices:
     """Starts and stops the lab services of one lab."""
 
@@ -60,6 +56,7 @@ class LabServices:
         self.procs: list[LabProcess] = []
         self.ca: LabCA | None = None
         self.sshd: SshdFiles | None = None
+        self._roles: dict[str, str] = {}  # service name -> lab role
 
     @property
     def isp_servers(self) -> bool:
@@ -72,21 +69,49 @@ class LabServices:
         """Where bridges relay their streams: the web node's plain HTTP server."""
         return self.lab.addr("web"), WEB_HTTP
 
+    # --- hooks: where services bind and run (the three-machine layout overrides them) ---
+
+    def roles(self) -> list[str]:
+        """The lab roles that get a name NAME.lab in the zone."""
+        return [r for r in self.lab.topology.nodes if self.lab.topology.links_of(r)]
+
+    def addresses(self, role: str) -> list[str]:
+        return [self.lab.addr(role), self.lab.addr(role, v6=True)]
+
+    def has_role(self, role: str) -> bool:
+        return role in self.lab.topology.nodes
+
+    def bind_hosts(self, role: str) -> list[str]:
+        """Where `role`'s services listen: every address of their namespace."""
+        return ["0.0.0.0", "::"]
+
+    def listen(self, role: str, port: int) -> list[str]:
+        return [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in self.bind_hosts(role)]
+
+    @property
+    def python(self) -> list[str]:
+        return [sys.executable, "-m"]
+
+    def launch(self, name: str, role: str, argv: list[str]) -> LabProcess:
+        return LabProcess(self.lab.ns(role), argv, name, self.dir / f"{name}.log").start()
+
+    # --- the services ---------------------------------------------------------------
+
     def names(self) -> dict[str, list[str]]:
         """The lab zone: NAME.lab for each node, plus the edge's sites."""
         zone: dict[str, list[str]] = {}
-        for role in self.lab.topology.nodes:
-            if self.lab.topology.links_of(role):
-                zone[f"{role}.lab"] = [self.lab.addr(role), self.lab.addr(role, v6=True)]
+        for role in self.roles():
+            zone[f"{role}.lab"] = self.addresses(role)
         for site in (*EDGE_SITES, *EDGE_ORIGINS):
             zone[site] = zone["cdn.lab"]
         return zone
 
-    def start(self) -> LabServices:
+    def prepare(self) -> list[tuple[str, str, list[str], str]]:
+        """Write the services' files (CA, certificates, zone, edge routes, sshd) and
+        return (name, role, argv, ready pattern) for each service."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ca = LabCA.load_or_create(self.dir / "ca")
-        web_cert, web_key = self.ca.issue(["web.lab"], [self.lab.addr("web"),
-                                                        self.lab.addr("web", v6=True)], "web")
+        web_cert, web_key = self.ca.issue(["web.lab"], self.addresses("web"), "web")
         edge_cert, edge_key = self.ca.issue(["cdn.lab", *EDGE_SITES, *EDGE_ORIGINS,
                                              "*.benign.lab"],
                                             [self.lab.addr("cdn")], "edge")
@@ -96,26 +121,27 @@ class LabServices:
         edge_cfg = self.dir / "edge.json"
         routes: dict[str, object] = {s: web_origin for s in EDGE_SITES}
         routes.update({name: {"origin": f"http://{self.lab.addr(node)}:{port}", "mode": mode}
-                       for name, (node, port, mode) in EDGE_ORIGINS.items()})
+                       for name, (node, port, mode) in EDGE_ORIGINS.items()
+                       if self.has_role(node)})
         edge_cfg.write_text(json.dumps({"routes": routes}))
-        self.sshd = prepare_sshd(self.dir / "sshd", ["0.0.0.0", "::"], SSH_PORT)
-        py = [sys.executable, "-m"]
+        self.sshd = prepare_sshd(self.dir / "sshd", self.bind_hosts("web"), SSH_PORT)
+        py = self.python
         specs = [
             ("web-http", "web", [*py, "ptlab.services.web", "--name", "web.lab",
-                                 *_listen(_both(WEB_HTTP))], READY_EVENT),
+                                 *_listen(self.listen("web", WEB_HTTP))], READY_EVENT),
             ("web-https", "web", [*py, "ptlab.services.web", "--name", "web.lab",
                                   "--tls-cert", str(web_cert), "--tls-key", str(web_key),
-                                  *_listen(_both(WEB_HTTPS))], READY_EVENT),
+                                  *_listen(self.listen("web", WEB_HTTPS))], READY_EVENT),
             ("edge", "cdn", [*py, "ptlab.services.edge", "--config", str(edge_cfg),
                              "--tls-cert", str(edge_cert), "--tls-key", str(edge_key),
-                             *_listen(_both(EDGE_HTTPS))], READY_EVENT),
+                             *_listen(self.listen("cdn", EDGE_HTTPS))], READY_EVENT),
             ("dns", "svc", [*py, "ptlab.services.dns", "--zone-file", str(zone_file),
-                            *_listen(_both(DNS_PORT))], READY_EVENT),
-            ("stun", "svc", [*py, "ptlab.services.stun", *_listen(_both(STUN_PORT))],
+                            *_listen(self.listen("svc", DNS_PORT))], READY_EVENT),
+            ("stun", "svc", [*py, "ptlab.services.stun", *_listen(self.listen("svc", STUN_PORT))],
              READY_EVENT),
             ("benign", "web", [*py, "ptlab.services.benign",
-                               *_flag("--binary-listen", _both(BINARY_PORT)),
-                               *_flag("--udp-listen", _both(UDP_PORT))], READY_EVENT),
+                               *_flag("--binary-listen", self.listen("web", BINARY_PORT)),
+                               *_flag("--udp-listen", self.listen("web", UDP_PORT))], READY_EVENT),
             ("sshd", "web", list(self.sshd.argv), SSHD_READY),
         ]
         if self.isp_servers:
@@ -125,10 +151,14 @@ class LabServices:
                 ("isp-benign", "isp", [*py, "ptlab.services.benign", "--binary-listen",
                                        f"{ISP_SERVER}:{BINARY_PORT}"], READY_EVENT),
             ]
+        return specs
+
+    def start(self) -> LabServices:
+        specs = self.prepare()
         try:
             for name, role, argv, _ in specs:
-                self.procs.append(LabProcess(self.lab.ns(role), argv, name,
-                                             self.dir / f"{name}.log").start())
+                self._roles[name] = role
+                self.procs.append(self.launch(name, role, argv))
             for p, (name, _, _, ready) in zip(self.procs, specs, strict=True):
                 self._ready[name] = ready
                 p.wait_log(ready, self.ready_timeout_s)
@@ -150,7 +180,7 @@ class LabServices:
         names = self.dead()
         for i, p in enumerate(self.procs):
             if p.name in names:
-                fresh = LabProcess(p.ns, p.argv, p.name, p.log_path).start()
+                fresh = self.launch(p.name, self._roles[p.name], p.argv)
                 fresh.wait_log(self._ready[p.name], self.ready_timeout_s)
                 self.procs[i] = fresh
         return names

@@ -38,8 +38,7 @@ from .labservices import LabServices
 from .plugins.base import CellContext, Service
 from .results import Row, mean_ci95
 from .spec import Spec, SpecError
-from .workloads.bulk import bulk_download
-from .workloads.latency import bootstrap, request_latency
+from .workloads.cell import CellPlan, Measurement, measure
 
 BASELINE = "none"
 
@@ -106,6 +105,10 @@ class LabRunner:
             self.stop()
             raise
         return self
+
+    def describe(self) -> str:
+        """What the cells run on, for progress lines."""
+        return f"lab {self.lab.id}" if self.lab else "lab"
 
     def stop(self) -> None:
         if self.lab:
@@ -393,54 +396,58 @@ class LabRunner:
             return out
         return value
 
-    async def _workloads(self, row: Row, endpoint, baseline_only: bool) -> None:
-        assert self.lab and self.services
+    def _plan(self, transport: str, baseline_only: bool) -> CellPlan:
         w = self.spec.workloads
-        ns = self.lab.ns("client")
         # A transport that must bootstrap first (tor) gets at least its own floor.
-        boot_s = max(w.bootstrap_timeout_s, plugins.get(row.transport).bootstrap_floor_s)
-        row.bootstrap_s = await bootstrap(ns, endpoint, boot_s)
-        reps = 1 if baseline_only else self.spec.repetitions
-        row.repetitions = reps
-        goodputs: list[float] = []
+        boot_s = max(w.bootstrap_timeout_s, plugins.get(transport).bootstrap_floor_s)
+        return CellPlan(bootstrap_s=boot_s, repetitions=1 if baseline_only else
+                        self.spec.repetitions, bulk_size=w.bulk_size, seed=self.spec.seed,
+                        bulk_timeout_s=w.bulk_timeout_s, idle_timeout_s=w.idle_timeout_s,
+                        latency_count=0 if baseline_only else w.latency_count,
+                        benign=bool(w.benign), benign_timeout_s=w.benign_timeout_s)
+
+    async def _measure(self, endpoint, plan: CellPlan) -> Measurement:
+        """Measure from the client namespace, in this process (ptlab vm: on the client host)."""
+        assert self.lab and self.services
+        return await measure(self.lab.ns("client"), endpoint, plan,
+                             self.services.benign_targets(), self.services.sshd)
+
+    async def _workloads(self, row: Row, endpoint, baseline_only: bool) -> None:
+        plan = self._plan(row.transport, baseline_only)
+        self._fill(row, await self._measure(endpoint, plan), plan)
+
+    def _fill(self, row: Row, m: Measurement, plan: CellPlan) -> None:
+        """The row's status and figures from what the client measured."""
+        row.bootstrap_s = m.bootstrap_s
+        row.repetitions = plan.repetitions
         failure: str | None = None
-        moved = 0
-        if row.bootstrap_s is None:
-            failure = f"no request got through within {boot_s:.0f} s"
-        else:
-            for r in range(reps):
-                res = await bulk_download(ns, endpoint, w.bulk_size, self.spec.seed + r,
-                                          timeout=w.bulk_timeout_s, idle_timeout=w.idle_timeout_s)
-                moved += res.received
-                if res.integrity_error:
-                    self.integrity_failures.append(f"{row.transport} × {row.censor}: {res.error}")
-                    row.status, row.error = "ERROR", res.error
-                    self.log(f"[bold red]{res.error}[/]")
-                    return
-                if not res.ok:
-                    failure = res.error
-                    break
-                assert res.goodput_mbps is not None
-                goodputs.append(res.goodput_mbps)
-            if not baseline_only and failure is None:
-                row.latency_samples = await request_latency(ns, endpoint, w.latency_count)
+        if m.bootstrap_s is None:
+            failure = f"no request got through within {plan.bootstrap_s:.0f} s"
+        for res in m.bulks:
+            if res.integrity_error:
+                self.integrity_failures.append(f"{row.transport} × {row.censor}: {res.error}")
+                row.status, row.error = "ERROR", res.error
+                self.log(f"[bold red]{res.error}[/]")
+                return
+            if not res.ok:
+                failure = res.error
         if failure is None:
+            goodputs = [b.goodput_mbps for b in m.bulks if b.goodput_mbps is not None]
             row.status = "reachable"
             row.goodput_samples = goodputs
             row.goodput_mbps, row.goodput_ci95 = mean_ci95(goodputs)
+            row.latency_samples = list(m.latency_samples)
             if row.latency_samples:
                 row.latency_ms = statistics.median(row.latency_samples)
                 row.latency_ci95 = mean_ci95(row.latency_samples)[1]
         else:
             row.status, row.error = "blocked", failure
-            row.bytes_before_block = moved
-        if w.benign:
-            await self._benign(row, baseline=row.censor == BASELINE)
+            row.bytes_before_block = sum(b.received for b in m.bulks)
+        if m.benign is not None:
+            self._benign(row, m.benign, baseline=row.censor == BASELINE)
 
-    async def _benign(self, row: Row, baseline: bool) -> None:
+    def _benign(self, row: Row, results: list, baseline: bool) -> None:
         """Collateral damage: benign flows that fail under this censor but not without one."""
-        assert self.services
-        results = await self.services.benign_mix(self.spec.workloads.benign_timeout_s)
         failing = {(r.kind, r.target) for r in results if not r.ok}
         if baseline:
             self.baseline_benign_failures[row.transport] = failing

@@ -88,6 +88,9 @@ class LabPlugin:
     # The least time a row of this plugin gets for its first request (the spec's
     # workloads.bootstrap_timeout_s applies when larger): tor builds circuits first.
     bootstrap_floor_s = 0.0
+    # Whether the row runs on the three-machine layout (ptlab vm): its processes
+    # use only the client and bridge roles, which the VMs have.
+    vm_ready = False
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ValueError naming a bad key in [transports.<name>]."""

@@ -11,6 +11,7 @@ SOCKS_PORT = 1080
 class DirectPlugin(LabPlugin):
     name = "direct"
     description = "Plain TCP relay: no disguise at all (the baseline)."
+    vm_ready = True
 
     def servers(self, ctx: CellContext) -> list[Service]:
         host, port = ctx.upstream

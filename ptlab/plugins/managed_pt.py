@@ -33,6 +33,8 @@ class ManagedPTPlugin(LabPlugin):
     (the ``first-segment=N`` SOCKS argument; see transports/obfs4/transport.py).
     """
 
+    vm_ready = True  # a client and a bridge: the three machines have both
+
     def __init__(self, name: str, transport: str, implementations: dict[str, list[str]],
                  default: str, description: str, client: str | None = None,
                  servers: tuple[str, ...] | None = None, first_segment: int = 0) -> None:

@@ -105,6 +105,16 @@ def prepare_sshd(directory: str | os.PathLike[str], address: str | Sequence[str]
                      argv)
 
 
+def sshd_files_in(directory: Path, port: int = 22) -> SshdFiles:
+    """The files of a directory :func:`prepare_sshd` made (elsewhere, perhaps on
+    another machine); nothing is created or checked."""
+    d = Path(directory)
+    config = d / "sshd_config"
+    return SshdFiles(d, config, d / "ssh_host_ed25519_key", d / "client_ed25519",
+                     d / "client_ed25519.pub", d / "authorized_keys", d / "sshd.pid", port,
+                     (SSHD, "-D", "-e", "-f", str(config)))
+
+
 def check_config(files: SshdFiles) -> None:
     """Run ``sshd -t`` on the config; raise RuntimeError with sshd's complaint if bad."""
     proc = subprocess.run([SSHD, "-t", "-f", str(files.config)], capture_output=True,

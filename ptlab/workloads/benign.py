@@ -84,7 +84,8 @@ def collateral_share(results: list[BenignResult]) -> float:
 # --- sockets in the client namespace ---------------------------------------------
 
 
-async def _connect(ns: str, ip: str, port: int, type: int = socket.SOCK_STREAM) -> socket.socket:
+async def _connect(ns: str | None, ip: str, port: int,
+                   type: int = socket.SOCK_STREAM) -> socket.socket:
     """A socket in namespace `ns`, connected (TCP) or associated (UDP) to ip:port."""
     loop = asyncio.get_running_loop()
     sock = await asyncio.to_thread(ns_socket, ns, family_of(ip), type)
@@ -97,7 +98,7 @@ async def _connect(ns: str, ip: str, port: int, type: int = socket.SOCK_STREAM) 
     return sock
 
 
-async def _udp_exchange(ns: str, ip: str, port: int, payload: bytes, timeout: float,
+async def _udp_exchange(ns: str | None, ip: str, port: int, payload: bytes, timeout: float,
                         accept: Callable[[bytes], bool]) -> bytes:
     """Send a datagram, resending every third of `timeout`, until `accept` likes a reply."""
     loop = asyncio.get_running_loop()
@@ -121,7 +122,7 @@ async def _udp_exchange(ns: str, ip: str, port: int, payload: bytes, timeout: fl
 # --- flows ---------------------------------------------------------------------
 
 
-async def _http_get(ns: str, ip: str, port: int, host: str,
+async def _http_get(ns: str | None, ip: str, port: int, host: str,
                     ctx: ssl.SSLContext | None) -> None:
     sock = await _connect(ns, ip, port)
     reader, writer = await asyncio.open_connection(
@@ -170,7 +171,8 @@ def _tls_context(ca_path: str) -> ssl.SSLContext:
     return ctx
 
 
-async def _dns_udp(ns: str, ip: str, port: int, name: str, rdtype: str, timeout: float) -> None:
+async def _dns_udp(ns: str | None, ip: str, port: int, name: str, rdtype: str,
+                   timeout: float) -> None:
     query = dns.message.make_query(name, rdtype)
 
     def matches(data: bytes) -> bool:
@@ -180,7 +182,7 @@ async def _dns_udp(ns: str, ip: str, port: int, name: str, rdtype: str, timeout:
     _check_dns(query, dns.message.from_wire(data))
 
 
-async def _dns_tcp(ns: str, ip: str, port: int, name: str, rdtype: str) -> None:
+async def _dns_tcp(ns: str | None, ip: str, port: int, name: str, rdtype: str) -> None:
     query = dns.message.make_query(name, rdtype)
     wire = query.to_wire()
     sock = await _connect(ns, ip, port)
@@ -206,7 +208,7 @@ def _check_dns(query: dns.message.Message, resp: dns.message.Message) -> None:
         raise FlowError(f"DNS answer has no {dns.rdatatype.to_text(want)} record")
 
 
-async def _binary(ns: str, ip: str, port: int) -> None:
+async def _binary(ns: str | None, ip: str, port: int) -> None:
     payload = secrets.token_bytes(1024)
     sock = await _connect(ns, ip, port)
     reader, writer = await asyncio.open_connection(sock=sock)
@@ -221,15 +223,15 @@ async def _binary(ns: str, ip: str, port: int) -> None:
             await writer.wait_closed()
 
 
-async def _udp_echo(ns: str, ip: str, port: int, timeout: float) -> None:
+async def _udp_echo(ns: str | None, ip: str, port: int, timeout: float) -> None:
     payload = secrets.token_bytes(200)
     await _udp_exchange(ns, ip, port, payload, timeout, lambda d: d == payload)
 
 
-async def _ssh(ns: str, ip: str, port: int, files: SshdFiles | None, timeout: float) -> None:
+async def _ssh(ns: str | None, ip: str, port: int, files: SshdFiles | None, timeout: float) -> None:
     if files is None:
         raise FlowError("no ssh client key given")
-    argv = ["ip", "netns", "exec", ns,
+    argv = [*(["ip", "netns", "exec", ns] if ns else []),
             *ssh_client_argv(files, ip, port, SSH_COMMAND, connect_timeout=timeout)]
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -269,7 +271,7 @@ async def _timed(kind: str, target: str, timeout: float,
     return BenignResult(kind, target, error is None, error, round(time.monotonic() - start, 4))
 
 
-async def run_benign_mix(client_ns: str, targets: BenignTargets, timeout: float = 3.0,
+async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout: float = 3.0,
                          ssh: SshdFiles | None = None) -> list[BenignResult]:
     """Run every configured benign flow from `client_ns` concurrently; one result each."""
     jobs: list[Awaitable[BenignResult]] = []

@@ -37,7 +37,7 @@ class BulkResult:
         return self.received * 8 / self.seconds / 1e6
 
 
-async def bulk_download(ns: str, ep: Endpoint, size: int, seed: int, host: str = "web.lab",
+async def bulk_download(ns: str | None, ep: Endpoint, size: int, seed: int, host: str = "web.lab",
                         timeout: float = 30.0, idle_timeout: float = 4.0) -> BulkResult:
     expected = expected_sha256(size, seed)
     h = hashlib.sha256()

@@ -10,7 +10,7 @@ from .http import HTTPError, read_body, read_head, send_get
 from .tunnel import open_tunnel
 
 
-async def request_latency(ns: str, ep: Endpoint, count: int, host: str = "web.lab",
+async def request_latency(ns: str | None, ep: Endpoint, count: int, host: str = "web.lab",
                           timeout: float = 4.0) -> list[float]:
     """Milliseconds for each of `count` GET /ping round trips over one tunnel.
 
@@ -36,7 +36,7 @@ async def request_latency(ns: str, ep: Endpoint, count: int, host: str = "web.la
 
 
 async def bootstrap(
-    ns: str, ep: Endpoint, deadline_s: float, host: str = "web.lab"
+    ns: str | None, ep: Endpoint, deadline_s: float, host: str = "web.lab"
 ) -> float | None:
     """Seconds until the first request through the transport succeeds, or None."""
     t0 = time.monotonic()

@@ -16,7 +16,7 @@ from transports.pt import socks5
 from ..plugins.base import Endpoint
 
 
-async def ns_open_connection(ns: str, host: str, port: int,
+async def ns_open_connection(ns: str | None, host: str, port: int,
                              timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = ns_socket(ns, family, socket.SOCK_STREAM)
@@ -34,7 +34,7 @@ class TunnelError(ConnectionError):
     """The transport's SOCKS front refused or failed the CONNECT."""
 
 
-async def open_tunnel(ns: str, ep: Endpoint,
+async def open_tunnel(ns: str | None, ep: Endpoint,
                       timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to the transport's SOCKS5 front and CONNECT to its bridge."""
     reader, writer = await ns_open_connection(ns, ep.socks_host, ep.socks_port, timeout)

@@ -1,0 +1,350 @@
+"""An experiment across the three machines: the namespace lab's runner, other hands.
+
+:class:`VmRunner` is :class:`ptlab.runner.LabRunner` with its hands swapped:
+every process starts on the machine its role belongs to (:mod:`ptlab.vm.layout`)
+through a :class:`~ptlab.vm.hosts.Host`, the censor is ``ptlab censor`` on the
+censor machine's real interfaces (found by address), and the client's
+measurement runs on the client machine (``python -m ptlab.workloads.cell``).
+The matrix, baselines, expectations and every line that turns what was seen
+into a row are the namespace lab's own, so rows from the two are comparable.
+
+What the layout cannot carry yet is refused before anything starts: plugins
+that need nodes other than client and bridge (meek's edge origin, Snowflake's
+broker and proxies, Conjure's station, tor), censors that probe (no prober
+machine), and link shaping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Protocol
+
+from censor_sim import profile as profiles
+from netns.errors import LabError
+
+from .. import plugins
+from ..labservices import LabServices
+from ..plugins.base import CellContext, Service
+from ..results import Row
+from ..runner import CellRun, LabRunner
+from ..spec import Spec, SpecError
+from ..workloads.cell import CellPlan, Measurement, config_dict
+from .hosts import Host, Proc
+from .layout import MACHINES, PREFIXLEN, SERVER_ROLE_ADDRESSES, VmLab, machine_of
+
+
+class Machines(Protocol):
+    """The three machines: VMs (vagrant) or namespaces (split)."""
+
+    hosts: dict[str, Host]
+
+    def up(self) -> Any: ...
+    def down(self) -> None: ...
+
+
+def check_spec(spec: Spec) -> None:
+    """Refuse, in one line, what the three-machine layout cannot run."""
+    for name in spec.transports:
+        if not plugins.get(name).vm_ready:
+            raise SpecError(f"transports.{name}: not available on the three-machine layout "
+                            f"(it needs lab nodes beyond client and bridge)")
+    t = spec.topology
+    if t.rate_mbit or t.loss_pct or t.delay_ms:
+        raise SpecError("topology: link shaping is not available on the three-machine layout")
+    for column in spec.censors:
+        name, over = spec.censor_profile(column)
+        try:
+            prof = profiles.load_profile(name, over)
+        except profiles.ProfileError as exc:
+            raise SpecError(f"censors.{column}: {exc}") from None
+        for rule in prof.policy.get("rules", []):
+            acts = rule["action"] if isinstance(rule["action"], list) else [rule["action"]]
+            if "probe" in acts:
+                raise SpecError(f"censors.{column}: {name} probes actively, and the "
+                                f"three-machine layout has no prober machine")
+
+
+def device_of(host: Host, address: str) -> str:
+    """The interface of `host` that holds `address` (VM NICs are named by the provider)."""
+    out = host.run(["ip", "-o", "-4", "addr", "show"]).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3].split("/")[0] == address:
+            return fields[1].split("@")[0]
+    raise LabError(f"{host.name} has no interface with {address} (is it the layout's "
+                   f"{host.name} machine?)")
+
+
+class VmServices(LabServices):
+    """The lab services on the servers machine, one address per role."""
+
+    def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host]) -> None:
+        super().__init__(vlab, workdir)  # type: ignore[arg-type]
+        self.hosts = hosts
+
+    def roles(self) -> list[str]:
+        return ["client", *SERVER_ROLE_ADDRESSES]
+
+    def addresses(self, role: str) -> list[str]:
+        return [self.lab.addr(role)]
+
+    def has_role(self, role: str) -> bool:
+        return role == "client" or role in SERVER_ROLE_ADDRESSES
+
+    def bind_hosts(self, role: str) -> list[str]:
+        return [self.lab.addr(role)]
+
+    @property
+    def python(self) -> list[str]:
+        return [self.hosts["servers"].python, "-m"]
+
+    @property
+    def isp_servers(self) -> bool:
+        return False
+
+    def prepare(self) -> list[tuple[str, str, list[str], str]]:
+        specs = super().prepare()
+        for host in self.hosts.values():  # certificates, CA, zone, sshd keys
+            host.push(self.dir)
+        return specs
+
+    def launch(self, name: str, role: str, argv: list[str]) -> Proc:  # type: ignore[override]
+        return self.hosts[machine_of(role)].spawn(argv, name, self.dir / f"{name}.log")
+
+
+class VmRunner(LabRunner):
+    """Runs a spec's cells across three machines. `work` is the run's directory,
+    the same absolute path on every machine (the results directory, for namespaces)."""
+
+    def __init__(self, spec: Spec, out_dir: Path, machines: Machines, work: Path | None = None,
+                 capture: bool = True, log=print, label: str = "three machines") -> None:
+        super().__init__(spec, out_dir, capture=capture, log=log)
+        self.machines = machines
+        self.vlab = VmLab()
+        self.work = Path(work) if work else self.out
+        self.hosts: dict[str, Host] = {}
+        self.censor_ifaces: tuple[str, str] | None = None
+        self.gso: dict[str, str] = {}  # machine -> its lab interface
+        self.label = label
+        self._cell_dir: Path | None = None
+
+    def describe(self) -> str:
+        return self.label
+
+    # --- machines ---------------------------------------------------------------
+
+    def start(self) -> VmRunner:
+        check_spec(self.spec)
+        for name, opts in self.spec.transports.items():
+            try:
+                plugins.get(name).check_options(opts)
+            except (KeyError, ValueError) as exc:
+                raise SpecError(f"transports.{name}: {exc}") from None
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.machines.up()
+        try:
+            self.hosts = self.machines.hosts
+            servers = self.hosts["servers"]
+            dev = device_of(servers, MACHINES["servers"].nets[0][1])
+            for a in SERVER_ROLE_ADDRESSES.values():
+                servers.run(["ip", "addr", "replace", f"{a}/{PREFIXLEN}", "dev", dev])
+            censor = self.hosts["censor"]
+            self.censor_ifaces = (device_of(censor, self.vlab.inside),
+                                  device_of(censor, self.vlab.outside))
+            self.gso = {"client": device_of(self.hosts["client"], self.vlab.addr("client")),
+                        "servers": dev}
+            self.services = VmServices(self.vlab, self.work / "lab", self.hosts).start()
+            self.rtt_ms = self._measure_rtt()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.services:
+            self.services.stop()
+            self._collect_events("lab", self.services.procs)
+            self._bring_home(self.services.dir)
+            self.services = None
+        servers = self.hosts.get("servers")
+        if servers is not None and "servers" in self.gso:
+            for a in SERVER_ROLE_ADDRESSES.values():
+                servers.run(["ip", "addr", "del", f"{a}/{PREFIXLEN}", "dev", self.gso["servers"]],
+                            check=False)
+        self.hosts = {}
+        self.machines.down()
+
+    def _measure_rtt(self) -> float | None:
+        for _ in range(3):  # a fresh link may lose the first ARP round
+            out = self.hosts["client"].run(["ping", "-n", "-q", "-c", "5", "-i", "0.05", "-W",
+                                            "1", self.vlab.addr("web")], check=False).stdout
+            for line in out.splitlines():
+                if "min/avg/max" in line:
+                    return float(line.split("=")[1].split("/")[1])
+        return None
+
+    def _bring_home(self, path: Path) -> None:
+        """Pull a directory from every machine, and copy it into the results."""
+        for host in self.hosts.values():
+            host.pull(path)
+        if self.work != self.out and path.is_dir():
+            dest = self.out / path.relative_to(self.work)
+            shutil.copytree(path, dest, dirs_exist_ok=True)
+
+    # --- cells ------------------------------------------------------------------
+
+    def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
+              profile_name: str | None = None, baseline_only: bool = False) -> Row:
+        assert self.services
+        profile_name = profile_name or censor
+        name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
+        self._runs[name] = self._runs.get(name, 0) + 1
+        if self._runs[name] > 1:
+            name += f"__{self._runs[name]}"
+        cell_dir = self._cell_dir = self.work / "cells" / name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        plugin = plugins.get(transport)
+        opts = self.spec.transports.get(transport, {})
+        ctx = CellContext(self.vlab, cell_dir, opts, self.spec.seed,  # type: ignore[arg-type]
+                           self.services.upstream,
+                          lab_ca=self.services.ca.ca_path if self.services.ca else None,
+                          lab_dir=self.services.dir, python=self.hosts["servers"].python)
+        run = CellRun(name)
+        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
+        restarted = self.services.restart_dead()
+        if restarted:
+            row.notes.append(f"restarted lab services that had died: {', '.join(restarted)}")
+        try:
+            if self.capture and not baseline_only:
+                self._start_captures(run)
+            run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
+            if run.gso_limited:
+                row.notes.append("policing cell: hosts sent wire-sized packets (gso_max_segs 1)")
+            servers = plugin.servers(ctx)  # may write state files into the cell directory
+            self._push(cell_dir)
+            for svc in servers:
+                self._start(run, svc, cell_dir)
+            t_client = time.time()
+            for svc in plugin.clients(ctx):
+                self._start(run, svc, cell_dir)
+            for host in self.hosts.values():  # bridge lines, SOCKS ports
+                host.pull(cell_dir)
+            endpoint = plugin.endpoint(ctx)
+            asyncio.run(self._workloads(row, endpoint, baseline_only))
+            row.notes += plugin.notes(ctx)
+            self._check_alive(row, run)
+            self._finish_censor(row, run, t_client)
+        except (LabError, profiles.ProfileError, OSError) as exc:
+            row.status, row.error = "ERROR", str(exc)
+        except Exception as exc:  # a bug must cost one cell, not the run
+            (cell_dir / "traceback.txt").write_text(traceback.format_exc())
+            row.status = "ERROR"
+            row.error = f"internal error: {type(exc).__name__}: {exc} (see {name}/traceback.txt)"
+        finally:
+            self._stop_cell(run)
+            self._bring_home(cell_dir)
+            if run.captures:
+                self._bring_home(self.work / "pcaps")
+                row.pcaps = [str(Path(p.argv[p.argv.index("-w") + 1]).relative_to(self.work))
+                             for p in run.captures]  # type: ignore[attr-defined]
+        return row
+
+    def _push(self, path: Path) -> None:
+        for host in self.hosts.values():
+            host.push(path)
+
+    def _start(self, run: CellRun, svc: Service, cell_dir: Path):  # type: ignore[override]
+        host = self.hosts[machine_of(svc.role)]
+        p = host.spawn(svc.argv, svc.name, cell_dir / f"{svc.name}.log", env=svc.env)
+        run.procs.append(p)  # type: ignore[arg-type]
+        p.wait_log(svc.ready, svc.ready_timeout_s)
+        return p
+
+    def _start_captures(self, run: CellRun) -> None:
+        assert self.censor_ifaces
+        pdir = self.work / "pcaps"
+        pdir.mkdir(exist_ok=True)
+        self._push(pdir)
+        for peer, dev in zip(("client", "inet"), self.censor_ifaces, strict=True):
+            pcap = pdir / f"{run.name}__censor-{peer}.pcap"
+            p = self.hosts["censor"].spawn(
+                ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", "256", "-U", "-w",
+                 str(pcap)], f"tcpdump-{peer}", pcap.with_suffix(".log"))
+            run.captures.append(p)  # type: ignore[arg-type]
+            p.wait_log(r"listening on", 5.0)
+
+    def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
+                      cell_dir: Path):  # type: ignore[override]
+        assert self.censor_ifaces
+        prof = profiles.load_profile(profile_name, overrides)
+        detectors = self._resolve_roles(prof.detectors)
+        over = {**overrides, "detectors": detectors} if detectors else overrides
+        learning = any(d.get("kind") == "ml" for d in prof.detectors.values())
+        if "throttle" in prof.actions or learning:
+            self._wire_sized_segments(run)
+        inside, outside = self.censor_ifaces
+        argv = [self.hosts["censor"].python, "-m", "ptlab", "censor", "--profile", profile_name,
+                "--inside", inside, "--outside", outside, "--seed", str(self.spec.seed),
+                "--set", json.dumps(over)]
+        return self._start(run, Service("censor", "censor", argv), cell_dir)
+
+    def _resolve_roles(self, value: Any) -> Any:
+        """Replace "role:NAME" with the addresses of NAME on the three machines."""
+        if isinstance(value, dict):
+            return {k: self._resolve_roles(v) for k, v in value.items()}
+        if isinstance(value, list):
+            out: list[Any] = []
+            for v in value:
+                if isinstance(v, str) and v.startswith("role:"):
+                    try:
+                        out += self.vlab.addresses(v[5:])
+                    except LabError as exc:
+                        raise profiles.ProfileError(f"{v}: {exc}") from None
+                else:
+                    out.append(v)
+            return out
+        return value
+
+    def _wire_sized_segments(self, run: CellRun) -> None:
+        for machine, dev in self.gso.items():
+            self.hosts[machine].run(["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
+            run.gso_limited.append((machine, dev))
+
+    def _stop_cell(self, run: CellRun) -> None:
+        for p in reversed(run.procs):
+            p.stop()
+        for machine, dev in run.gso_limited:
+            self.hosts[machine].run(["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"],
+                                    check=False)
+        for c in run.captures:
+            c.stop()  # type: ignore[call-arg]
+        self._collect_events(run.name, run.procs)
+
+    async def _measure(self, endpoint, plan: CellPlan) -> Measurement:
+        """Measure on the client machine: ``python -m ptlab.workloads.cell``."""
+        assert self.services and self.services.sshd and self._cell_dir
+        cfg = self._cell_dir / "workload.json"
+        cfg.write_text(json.dumps(config_dict(endpoint, plan, self.services.benign_targets(),
+                                              self.services.sshd.directory)))
+        client = self.hosts["client"]
+        client.push(self._cell_dir)
+        budget = (plan.bootstrap_s + plan.repetitions * plan.bulk_timeout_s
+                  + plan.benign_timeout_s + 4.0 * plan.latency_count + 60.0)
+        proc = await asyncio.to_thread(client.run, [client.python, "-m", "ptlab.workloads.cell",
+                                                    str(cfg)], False, budget)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabError(f"the client machine's measurement failed "
+                           f"(exit {proc.returncode}): {err}")
+        try:
+            return Measurement.from_dict(json.loads(lines[-1]))
+        except ValueError as exc:
+            raise LabError(f"the client machine's measurement: {exc}") from None
+

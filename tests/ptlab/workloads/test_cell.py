@@ -1,0 +1,73 @@
+"""The client's measurement crosses machines as JSON: it round-trips, and junk is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ptlab.workloads.benign import BenignResult
+from ptlab.workloads.bulk import BulkResult
+from ptlab.workloads.cell import Measurement, main
+
+
+def sample() -> Measurement:
+    return Measurement(
+        0.12, [BulkResult(True, 10, 10, 0.5, "ab", "ab"),
+               BulkResult(False, 10, 4, 4.0, None, "ab", error="TimeoutError")],
+        [1.5, 2.0], [BenignResult("ssh", "198.18.101.20:22", True, None, 0.3)])
+
+
+def test_a_measurement_round_trips_through_json():
+    m = sample()
+    assert Measurement.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+    none = Measurement(None, [], [], None)
+    assert Measurement.from_dict(json.loads(json.dumps(none.to_dict()))) == none
+
+
+@pytest.mark.parametrize("mutate, complaint", [
+    (lambda d: d.pop("bulks"), "keys"),
+    (lambda d: d.update(bulks="x"), "bulks: expected a list"),
+    (lambda d: d["bulks"][0].update(received="10"), "BulkResult.received"),
+    (lambda d: d["bulks"][0].update(ok=1), "BulkResult.ok"),
+    (lambda d: d["bulks"][0].update(size=True), "BulkResult.size"),
+    (lambda d: d.update(bootstrap_s="0.1"), "bootstrap_s"),
+    (lambda d: d["benign"][0].pop("kind"), "BenignResult"),
+    (lambda d: d.update(latency_samples=[None]), "latency_samples"),
+])
+def test_a_malformed_measurement_is_refused_by_name(mutate, complaint):
+    d = sample().to_dict()
+    mutate(d)
+    with pytest.raises(ValueError, match=complaint):
+        Measurement.from_dict(d)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(json_values, st.fixed_dictionaries(
+    {"bootstrap_s": json_values, "bulks": json_values, "latency_samples": json_values,
+     "benign": json_values})))
+def test_any_json_gives_a_measurement_or_a_value_error(value):
+    try:
+        m = Measurement.from_dict(value)
+    except ValueError as exc:
+        assert str(exc).startswith("not a cell measurement")
+    else:
+        assert isinstance(m, Measurement)
+
+
+def test_the_client_command_says_what_is_wrong_with_its_config(tmp_path, capsys):
+    bad = tmp_path / "w.json"
+    bad.write_text("{not json")
+    assert main([str(bad)]) == 2
+    assert "bad config" in capsys.readouterr().err
+    bad.write_text(json.dumps({"endpoint": {}, "plan": {}}))
+    assert main([str(bad)]) == 2
+    assert main([str(tmp_path / "missing.json")]) == 2
