@@ -49,6 +49,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             prov = provenance({"experiment": spec.seed}, profile_files, peers)
             # What each row runs (whose implementation, which stacks), for the report.
             prov["transports"] = {t: plugins.get(t).description for t in spec.transports}
+            prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
             done: list = []
 
             def on_row(row) -> None:

@@ -48,6 +48,8 @@ EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
 class LabServices:
     """Starts and stops the lab services of one lab."""
 
+    ssh_port = SSH_PORT  # the benign sshd's
+
     def __init__(self, lab: Lab, workdir: Path, ready_timeout_s: float = 20.0) -> None:
         self.lab = lab
         self.ready_timeout_s = ready_timeout_s
@@ -124,7 +126,7 @@ class LabServices:
                        for name, (node, port, mode) in EDGE_ORIGINS.items()
                        if self.has_role(node)})
         edge_cfg.write_text(json.dumps({"routes": routes}))
-        self.sshd = prepare_sshd(self.dir / "sshd", self.bind_hosts("web"), SSH_PORT)
+        self.sshd = prepare_sshd(self.dir / "sshd", self.bind_hosts("web"), self.ssh_port)
         py = self.python
         specs = [
             ("web-http", "web", [*py, "ptlab.services.web", "--name", "web.lab",
@@ -205,7 +207,7 @@ class LabServices:
                   *([(ISP_SERVER, WEB_HTTP, "isp.lab")] if self.isp_servers else [])],
             dns=(lab.addr("svc"), DNS_PORT),
             dns_name="web.lab",
-            ssh=(lab.addr("web"), SSH_PORT),
+            ssh=(lab.addr("web"), self.ssh_port),
             binary=(lab.addr("web"), BINARY_PORT),
             udp=(lab.addr("web"), UDP_PORT),
             binary_extra=[(ISP_SERVER, BINARY_PORT)] if self.isp_servers else [],

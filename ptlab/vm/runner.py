@@ -81,7 +81,13 @@ def device_of(host: Host, address: str) -> str:
 
 
 class VmServices(LabServices):
-    """The lab services on the servers machine, one address per role."""
+    """The lab services on the servers machine, one address per role.
+
+    The benign sshd listens on 2222: a VM's own sshd (Vagrant's way in) holds
+    port 22 on every address, so the lab's could not bind it there.
+    """
+
+    ssh_port = 2222
 
     def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host]) -> None:
         super().__init__(vlab, workdir)  # type: ignore[arg-type]

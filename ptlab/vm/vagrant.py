@@ -36,10 +36,22 @@ def vagrant(args: list[str], root: Path = REPO, capture: bool = True,
     except subprocess.TimeoutExpired:
         raise LabError(f"vagrant {' '.join(args)}: no answer in {timeout:.0f} s") from None
     if proc.returncode != 0:
-        lines = ((proc.stderr or "") + (proc.stdout or "")).strip().splitlines()
+        text = (proc.stderr or "") + (proc.stdout or "")
+        lines = error_exit(text) or text.strip().splitlines()
         raise LabError(f"vagrant {' '.join(args)} failed: "
                        f"{lines[-1] if lines else f'exit {proc.returncode}'}")
     return proc
+
+
+def error_exit(text: str) -> list[str]:
+    """The first line of the message of an ``error-exit`` in machine-readable output
+    (``ts,target,error-exit,Class,message``, with escaped newlines and commas)."""
+    for line in text.splitlines():
+        parts = line.split(",", 4)
+        if len(parts) == 5 and parts[2] == "error-exit":
+            msg = parts[4].replace("%!(VAGRANT_COMMA)", ",").replace("\\n", "\n")
+            return [msg.strip().splitlines()[0]] if msg.strip() else []
+    return []
 
 
 def parse_status(text: str) -> dict[str, str]:

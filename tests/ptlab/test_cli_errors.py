@@ -46,7 +46,8 @@ def test_missing_privilege(monkeypatch, capsys):
     # Should the root check ever regress, nothing real is torn down.
     for fn in ("down", "down_all", "down_orphans"):
         monkeypatch.setattr(cleanup, fn, must_not_run)
-    for argv in (["lab", "up"], ["lab", "down", "--all"], ["run", "--quick"]):
+    for argv in (["lab", "up"], ["lab", "down", "--all"], ["run", "--quick"],
+                 ["vm", "run", "--split", "experiments/vm.toml"]):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1, err
@@ -75,3 +76,16 @@ def test_unknown_lab_for_down():
 def test_report_on_missing_dir(tmp_path):
     line = one_line_error(ptlab("report", str(tmp_path)))
     assert "no results.json" in line
+
+
+def test_vm_run_refuses_what_three_machines_cannot_hold():
+    line = one_line_error(ptlab("vm", "run", "--split", "experiments/meek.toml"))
+    assert "transports.meek: not available on the three-machine layout" in line
+
+
+def test_vm_run_without_vms_says_why_in_one_line(tmp_path):
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vh"), "VAGRANT_DEFAULT_PROVIDER": "none"}
+    proc = ptlab("vm", "run", "experiments/vm.toml", env=env)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ptlab: ") and ("vagrant" in last or "VMs" in last), proc.stderr

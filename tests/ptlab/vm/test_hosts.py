@@ -58,3 +58,13 @@ def test_vm_down_and_up_need_vagrant_and_say_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LabError, match="vagrant is not installed"):
         vagrant.vagrant(["status"], Path(tmp_path))
+
+
+def test_a_vagrant_error_exit_is_one_readable_line():
+    from ptlab.vm.vagrant import error_exit
+
+    text = ("1795469466,,error-exit,Vagrant::Errors::NoDefaultProvider,No usable default "
+            "provider could be found for your system.\\n\\nVagrant relies on interactions "
+            "with 3rd party systems%!(VAGRANT_COMMA) known as\\n'providers'\n")
+    assert error_exit(text) == ["No usable default provider could be found for your system."]
+    assert error_exit("1,client,state,running\n") == []
