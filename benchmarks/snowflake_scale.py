@@ -8,8 +8,13 @@ resident memory per proxy and per client (process trees, from /proc), the
 broker's, the bridge's, open file descriptors, the machine's load, and how
 many of the M concurrent fetches completed byte-exact in the time allowed.
 
+Each run is done once per ``--per-process`` value (proxies per process: 1 is
+one ``ptlab snowflake-proxy`` per proxy, K > 1 runs :mod:`ptlab.proxypool`
+pools of K threads), in a fresh lab each, and the figures are printed side by
+side with the memory ratio.
+
 Run as root: ``.venv/bin/python benchmarks/snowflake_scale.py [--proxies 100
---clients 100 --size 200000 --timeout 120]``.
+--clients 100 --size 200000 --timeout 120 --per-process 1 25]``.
 """
 
 from __future__ import annotations
@@ -79,14 +84,8 @@ async def fetch_all(ns: str, endpoints: list, size: int, timeout: float) -> list
                                   for i, ep in enumerate(endpoints)))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proxies", type=int, default=100)
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--size", type=int, default=200_000)
-    ap.add_argument("--timeout", type=float, default=120.0)
-    args = ap.parse_args()
-
+def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int) -> dict:
+    """One lab: `proxies` proxies (`pool` per process), `clients_n` clients fetching at once."""
     from netns.process import LabProcess
     from ptlab.plugins.base import Endpoint
     from ptlab.plugins.snowflake import SNOWFLAKE
@@ -97,24 +96,28 @@ def main() -> int:
     # about going past it.
     SNOWFLAKE.check_options = lambda options: None  # type: ignore[method-assign]
     spec = parse_spec({"experiment": {"name": "scale", "seed": 1},
-                       "transports": {"snowflake": {"proxies": args.proxies}},
+                       "transports": {"snowflake": {"proxies": proxies, "proxy_pool": pool}},
                        "censors": {"none": {}}})
     out = Path(tempfile.mkdtemp(prefix="ptlab-scale-"))
+    fig: dict = {"proxies": proxies, "clients": clients_n, "per_process": pool}
     t0 = time.monotonic()
     with LabRunner(spec, out, capture=False, log=lambda *a: None) as runner:
         lab = runner.lab
         assert lab is not None
-        print(f"lab with {args.proxies} proxy nodes up in {time.monotonic() - t0:.0f} s")
+        print(f"[{pool}/process] lab with {proxies} proxy nodes up in "
+              f"{time.monotonic() - t0:.0f} s")
         t1 = time.monotonic()
         with runner.traffic_session("snowflake", "scale", out / "scale.pcap", 96) as ep0:
             assert runner.session is not None
             procs = {p.name: p for p in runner.session.procs}
-            print(f"broker, bridge and {args.proxies} proxies up in {time.monotonic() - t1:.0f} s")
+            fig["proxies_up_s"] = round(time.monotonic() - t1, 1)
+            print(f"[{pool}/process] broker, bridge and {proxies} proxies up in "
+                  f"{fig['proxies_up_s']:.0f} s")
             clients = []
             t2 = time.monotonic()
             # In batches: 100 Python PTs importing aiortc at once on 2 CPUs miss
             # ptparent's 20 s deadline (measured), so start 10 at a time.
-            for i in range(args.clients - 1):
+            for i in range(clients_n - 1):
                 info = out / f"client{i}.json"
                 p = LabProcess(lab.ns("client"), [
                     sys.executable, "-m", "ptlab.ptparent", "client", "--transport",
@@ -132,33 +135,62 @@ def main() -> int:
                 host, _, port = addr.rpartition(":")
                 endpoints.append(Endpoint(host, int(port), ep0.target_host, ep0.target_port,
                                           ep0.args))
-            print(f"{args.clients} client PTs up in {time.monotonic() - t2:.0f} s")
+            print(f"[{pool}/process] {clients_n} client PTs up in {time.monotonic() - t2:.0f} s")
             t3 = time.monotonic()
-            results = asyncio.run(fetch_all(lab.ns("client"), endpoints, args.size,
-                                            args.timeout))
-            took = time.monotonic() - t3
+            results = asyncio.run(fetch_all(lab.ns("client"), endpoints, size, timeout))
+            fig["fetch_s"] = round(time.monotonic() - t3, 1)
             ok = [r for r in results if r.ok]
-            proxy_rss = [rss_mib(tree(p.pid)) for n, p in procs.items()
-                         if n.startswith("snowflake-proxy") and p.pid]
+            fig["fetched"] = len(ok)
+            fig["errors"] = sorted({str(r.error) for r in results if not r.ok})[:3]
+            proxy_procs = [p for n, p in procs.items()
+                           if n.startswith("snowflake-prox") and p.pid]
+            proxy_total = sum(rss_mib(tree(p.pid)) for p in proxy_procs)
+            fig["proxy_processes"] = len(proxy_procs)
+            fig["proxy_rss_total_mib"] = round(proxy_total)
+            fig["proxy_rss_per_proxy_mib"] = round(proxy_total / proxies, 1)
             client_rss = [rss_mib(tree(p.pid)) for p, _ in clients if p.pid]
-            everything = [q for p in list(procs.values()) + [c for c, _ in clients] if p.pid
-                          for q in tree(p.pid)]
-            print(f"fetches: {len(ok)} of {len(results)} byte-exact ({args.size} B each) in "
-                  f"{took:.1f} s; errors: {sorted({r.error for r in results if not r.ok})[:3]}")
-            if proxy_rss:
-                print(f"proxy RSS: median {statistics.median(proxy_rss):.1f} MiB, "
-                      f"max {max(proxy_rss):.1f} MiB, total {sum(proxy_rss):.0f} MiB "
-                      f"({len(proxy_rss)} processes)")
-            if client_rss:
-                print(f"client PT RSS (ptparent + PT): median "
-                      f"{statistics.median(client_rss):.1f} MiB, total {sum(client_rss):.0f} MiB")
+            fig["client_rss_median_mib"] = round(statistics.median(client_rss), 1) \
+                if client_rss else None
             for name in ("snowflake-broker", "snowflake-bridge"):
                 if name in procs and procs[name].pid:
-                    print(f"{name} RSS: {rss_mib(tree(procs[name].pid)):.1f} MiB")
-            print(f"open fds across the run's processes: {fds(everything)}; load average "
-                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+                    fig[f"{name}_rss_mib"] = round(rss_mib(tree(procs[name].pid)), 1)
+            everything = [q for p in list(procs.values()) + [c for c, _ in clients] if p.pid
+                          for q in tree(p.pid)]
+            fig["fds"] = fds(everything)
+            fig["load1"] = round(os.getloadavg()[0], 1)
+            print(f"[{pool}/process] fetches: {len(ok)} of {len(results)} byte-exact "
+                  f"({size} B each) in {fig['fetch_s']:.1f} s; errors: {fig['errors']}")
+            print(f"[{pool}/process] proxy RSS: {proxy_total:.0f} MiB in {len(proxy_procs)} "
+                  f"processes, {fig['proxy_rss_per_proxy_mib']:.1f} MiB per proxy")
             for p, _ in clients:
                 p.stop()
+    return fig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--proxies", type=int, default=100)
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--size", type=int, default=200_000)
+    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--per-process", type=int, nargs="+", default=[1, 25],
+                    help="proxies per process, one lab each, side by side (default: 1 25)")
+    args = ap.parse_args()
+    figs = [run_scale(args.proxies, args.clients, args.size, args.timeout, k)
+            for k in args.per_process]
+    keys = ["per_process", "proxy_processes", "proxy_rss_total_mib", "proxy_rss_per_proxy_mib",
+            "fetched", "fetch_s", "proxies_up_s", "client_rss_median_mib",
+            "snowflake-broker_rss_mib", "snowflake-bridge_rss_mib", "fds", "load1"]
+    print(f"\n{args.proxies} proxies, {args.clients} clients fetching {args.size} B at once, "
+          f"{os.cpu_count()} CPUs")
+    for k in keys:
+        print(f"{k:>26}" + "".join(f"{str(f.get(k)):>14}" for f in figs))
+    base = figs[0]
+    for f in figs[1:]:
+        ratio = f["proxy_rss_per_proxy_mib"] / base["proxy_rss_per_proxy_mib"]
+        print(f"memory per proxy, {f['per_process']}/process vs {base['per_process']}/process: "
+              f"{ratio:.3f}x; fetched {f['fetched']} vs {base['fetched']}, "
+              f"in {f['fetch_s']} s vs {base['fetch_s']} s")
     return 0
 
 

@@ -25,6 +25,20 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+def enter_namespace(ns: str) -> None:
+    """Move the calling thread into namespace `ns` for the rest of its life.
+
+    Threads it starts later inherit the namespace, so a thread that enters
+    one and then runs an event loop (with its executor threads) lives there
+    entirely: one process can hold services in several namespaces.
+    """
+    fd = os.open(os.path.join(NETNS_DIR, ns), os.O_RDONLY)
+    try:
+        _setns(fd)
+    finally:
+        os.close(fd)
+
+
 def in_namespace(ns: str | None, fn, *args, **kw):
     """Call fn(*args, **kw) in a thread that has entered namespace `ns`.
 

@@ -23,7 +23,8 @@ gathering otherwise, snowflake.md §5.4); ours use the lab STUN server.
 
 Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab`` or
 ``debian``), ``proxies`` (1-8, default 1), ``rendezvous`` (as above, default
-``direct``), ``max_peers`` (the client's ``max=``, default 1).
+``direct``), ``max_peers`` (the client's ``max=``, default 1), ``proxy_pool``
+(our proxies per process, default 1: see :mod:`ptlab.proxypool`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class SnowflakePlugin(LabPlugin):
     # --- options and topology -------------------------------------------------
 
     def check_options(self, options: dict[str, Any]) -> None:
-        known = {"client", "proxy", "proxies", "rendezvous", "max_peers"}
+        known = {"client", "proxy", "proxies", "rendezvous", "max_peers", "proxy_pool"}
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
@@ -79,6 +80,11 @@ class SnowflakePlugin(LabPlugin):
         peers = options.get("max_peers", 1)
         if not isinstance(peers, int) or isinstance(peers, bool) or not 1 <= peers <= proxies:
             raise ValueError("max_peers must be an integer from 1 to proxies")
+        pool = options.get("proxy_pool", 1)
+        if not isinstance(pool, int) or isinstance(pool, bool) or pool < 1:
+            raise ValueError("proxy_pool must be an integer >= 1 (proxies per process)")
+        if pool > 1 and options.get("proxy", self.default["proxy"]) != "ptlab":
+            raise ValueError('proxy_pool needs proxy = "ptlab" (Debian\'s runs one per process)')
         if options.get("rendezvous", "direct") not in RENDEZVOUS:
             raise ValueError(f"rendezvous must be one of {', '.join(RENDEZVOUS)}")
 
@@ -135,14 +141,25 @@ class SnowflakePlugin(LabPlugin):
             Service("snowflake-broker", "broker", broker),
         ]
         impl = self._impl(ctx, "proxy")
-        for i in range(ctx.options.get("proxies", 1)):
+        flags = ["-broker", self._direct_broker_url(ctx), "-relay", relay,
+                 "-allowed-relay-hostname-pattern", exact, "-allow-non-tls-relay",
+                 "-stun", self._stun(ctx, impl), "-poll-interval", "1",
+                 "-nat-probe-server", f"http://{probe}/probe",
+                 "-ephemeral-ports-range", PROXY_UDP_PORTS]
+        count, pool = ctx.options.get("proxies", 1), ctx.options.get("proxy_pool", 1)
+        if impl == "ptlab" and pool > 1:
+            # Several proxies per process, each thread in its own proxy node.
+            for first in range(0, count, pool):
+                nodes = [f"proxy{i}" for i in range(first, min(first + pool, count))]
+                argv = ctx.py("ptlab.proxypool",
+                              *[a for n in nodes for a in ("--netns", ctx.lab.ns(n))],
+                              "--", *flags)
+                services.append(Service(f"snowflake-proxies{first}", nodes[0], argv,
+                                        ready_timeout_s=15.0 + len(nodes)))
+            return services
+        for i in range(count):
             if impl == "ptlab":
-                argv = ctx.py("ptlab", "snowflake-proxy", "-broker", self._direct_broker_url(ctx),
-                              "-relay", relay, "-allowed-relay-hostname-pattern", exact,
-                              "-allow-non-tls-relay", "-stun", self._stun(ctx, impl),
-                              "-poll-interval", "1", "-nat-probe-server",
-                              f"http://{probe}/probe", "-ephemeral-ports-range",
-                              PROXY_UDP_PORTS)
+                argv = ctx.py("ptlab", "snowflake-proxy", *flags)
             else:
                 argv = ["snowflake-proxy", "-broker", self._direct_broker_url(ctx),
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",

@@ -90,8 +90,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-async def _run(args: argparse.Namespace) -> None:
-    cfg = ProxyConfig(
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The proxy's config from parsed flags (one proxy, or each of a pool's)."""
+    return ProxyConfig(
         broker=args.broker, relay=args.relay,
         stun=[s.strip() for s in args.stun.split(",") if s.strip()],
         allowed_relay_pattern=args.allowed_relay_hostname_pattern,
@@ -102,6 +103,10 @@ async def _run(args: argparse.Namespace) -> None:
         nat_probe_url=args.nat_probe_server, nat_retest_interval_s=args.nat_retest_interval,
         datachannel_timeout_s=args.datachannel_timeout,
         inactivity_timeout_s=args.inactivity_timeout, unsafe_logging=args.unsafe_logging)
+
+
+async def _run(args: argparse.Namespace) -> None:
+    cfg = config_from_args(args)
     proxy = SnowflakeProxy(cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

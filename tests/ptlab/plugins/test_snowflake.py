@@ -4,6 +4,7 @@ ru-snowflake-dtls-2022 catches."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -80,3 +81,28 @@ def test_bad_options_are_named():
     with pytest.raises(ValueError, match="rendezvous must be one of direct, edge, fronted"):
         p.check_options({"rendezvous": "amp"})
     p.check_options({"proxies": 3, "max_peers": 2, "rendezvous": "edge", "client": "ptlab"})
+
+
+@pytest.mark.lab
+def test_a_proxy_pool_runs_two_proxies_in_one_process_from_their_own_nodes(lab):
+    """proxy_pool = 2: one process, two threads, each in its proxy node's namespace,
+    polling from that node's address; the row works as with two processes."""
+    row = run(lab, "snowflake", "none", proxy_pool=2, max_peers=2)
+    assert row.status == "reachable", row.error
+    cell = lab.out_dir / "cells" / "snowflake__none"
+    logs = sorted(cell.glob("snowflake-prox*.log"))
+    assert [p.name for p in logs] == ["snowflake-proxies0.log"]  # one process
+    text = logs[0].read_text()
+    starts = re.findall(r"\[(ptl\w+-proxy\d)\] proxy starting \(broker \S+, from (\S+)\)", text)
+    assert sorted(starts) == sorted((lab.runner.lab.ns(f"proxy{i}"),
+                                     lab.runner.lab.addr(f"proxy{i}")) for i in range(2))
+    assert text.count("NAT type: unrestricted") == 2
+    assert '"event": "ready", "proxies": 2' in text
+
+
+def test_proxy_pool_options_are_checked():
+    p = plugins.get("snowflake")
+    with pytest.raises(ValueError, match="proxy_pool must be an integer >= 1"):
+        p.check_options({"proxy_pool": 0})
+    with pytest.raises(ValueError, match='proxy_pool needs proxy = "ptlab"'):
+        p.check_options({"proxy_pool": 2, "proxy": "debian"})
