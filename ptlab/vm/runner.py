@@ -183,8 +183,13 @@ class VmRunner(LabRunner):
             for a in SERVER_ROLE_ADDRESSES.values():
                 servers.run(["ip", "addr", "del", f"{a}/{PREFIXLEN}", "dev", self.gso["servers"]],
                             check=False)
+        if self.work != self.out:  # everything worth keeping is in the results now
+            for host in self.hosts.values():
+                host.run(["rm", "-rf", "--one-file-system", str(self.work)], check=False)
         self.hosts = {}
         self.machines.down()
+        if self.work != self.out:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def _measure_rtt(self) -> float | None:
         for _ in range(3):  # a fresh link may lose the first ARP round
