@@ -32,25 +32,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def children(pid: int) -> list[int]:
-    out = []
+def parents() -> dict[int, list[int]]:
+    """Parent PID -> child PIDs, from one pass over /proc."""
+    kids: dict[int, list[int]] = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-            if ppid == pid:
-                out.append(int(p.name))
-    return out
+            kids.setdefault(ppid, []).append(int(p.name))
+    return kids
 
 
-def tree(pid: int) -> list[int]:
+def tree(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]:
+    """`pid` and all its descendants."""
+    kids = parents() if kids is None else kids
     todo, seen = [pid], []
     while todo:
         p = todo.pop()
         seen.append(p)
-        todo += children(p)
+        todo += kids.get(p, [])
     return seen
 
 
@@ -142,20 +144,21 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
             ok = [r for r in results if r.ok]
             fig["fetched"] = len(ok)
             fig["errors"] = sorted({str(r.error) for r in results if not r.ok})[:3]
+            kids = parents()
             proxy_procs = [p for n, p in procs.items()
                            if n.startswith("snowflake-prox") and p.pid]
-            proxy_total = sum(rss_mib(tree(p.pid)) for p in proxy_procs)
+            proxy_total = sum(rss_mib(tree(p.pid, kids)) for p in proxy_procs)
             fig["proxy_processes"] = len(proxy_procs)
             fig["proxy_rss_total_mib"] = round(proxy_total)
             fig["proxy_rss_per_proxy_mib"] = round(proxy_total / proxies, 1)
-            client_rss = [rss_mib(tree(p.pid)) for p, _ in clients if p.pid]
+            client_rss = [rss_mib(tree(p.pid, kids)) for p, _ in clients if p.pid]
             fig["client_rss_median_mib"] = round(statistics.median(client_rss), 1) \
                 if client_rss else None
             for name in ("snowflake-broker", "snowflake-bridge"):
                 if name in procs and procs[name].pid:
-                    fig[f"{name}_rss_mib"] = round(rss_mib(tree(procs[name].pid)), 1)
+                    fig[f"{name}_rss_mib"] = round(rss_mib(tree(procs[name].pid, kids)), 1)
             everything = [q for p in list(procs.values()) + [c for c, _ in clients] if p.pid
-                          for q in tree(p.pid)]
+                          for q in tree(p.pid, kids)]
             fig["fds"] = fds(everything)
             fig["load1"] = round(os.getloadavg()[0], 1)
             print(f"[{pool}/process] fetches: {len(ok)} of {len(results)} byte-exact "

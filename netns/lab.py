@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import cleanup, ownership
 from .errors import LabError
-from .names import check_lab_id, if_name, new_lab_id, ns_name
+from .names import check_lab_id, if_name, ns_name
 from .sh import require_root, require_tools, run
 from .topology import Topology
 
@@ -58,17 +58,7 @@ class Lab:
         """Create everything. On any failure, remove what was made and re-raise."""
         require_root()
         require_tools("ip")
-        if self.id is None:
-            for _ in range(20):
-                candidate = new_lab_id()
-                if ownership.claim(candidate):
-                    self.id = candidate
-                    break
-            else:
-                raise LabError("could not find a free lab id")
-        elif not ownership.claim(self.id):
-            raise LabError(f"lab {self.id!r} exists already (ptlab lab down {self.id} removes it)")
-        ownership.write_owner(self.id)
+        self.id = ownership.claim_lab(self.id)
         (self.state_dir / "topology.json").write_text(json.dumps(self.topology.to_dict()))
         try:
             self._create()

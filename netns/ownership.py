@@ -74,3 +74,24 @@ def claim(lab_id: str) -> bool:
     except FileExistsError:
         return False
     return True
+
+
+def claim_lab(lab_id: str | None) -> str:
+    """Claim `lab_id`, or a fresh random id, and record this process as its owner.
+
+    LabError if `lab_id` is taken (or, improbably, no free id turns up).
+    """
+    from .errors import LabError
+    from .names import new_lab_id
+
+    if lab_id is None:
+        for _ in range(20):
+            if claim(candidate := new_lab_id()):
+                lab_id = candidate
+                break
+        else:
+            raise LabError("could not find a free lab id")
+    elif not claim(lab_id):
+        raise LabError(f"lab {lab_id!r} exists already (ptlab lab down {lab_id} removes it)")
+    write_owner(lab_id)
+    return lab_id

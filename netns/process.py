@@ -20,6 +20,22 @@ from .errors import LabError
 from .sh import which
 
 
+def wait_for_log(name: str, log_text: Callable[[], str], running: Callable[[], bool],
+                 predicate: Callable[[str], bool], timeout: float, what: str,
+                 interval: float = 0.02, status: Callable[[], object] = lambda: "?") -> None:
+    """Poll a process's log until predicate(text) holds. LabError, with the log's
+    last lines, if the process dies first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate(log_text()):
+            return
+        if not running():
+            tail = " | ".join(log_text().strip().splitlines()[-3:])
+            raise LabError(f"{name} exited (status {status()}) before {what}: {tail}")
+        time.sleep(interval)
+    raise LabError(f"{name} not {what} after {timeout:.0f}s")
+
+
 class LabProcess:
     """A process in namespace `ns`, logging to `log_path`."""
 
@@ -71,16 +87,9 @@ class LabProcess:
 
     def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str) -> None:
         """Wait until predicate(log text) holds; fail if the process dies or time runs out."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self.log_text(this_run_only=True)):
-                return
-            if not self.running():
-                tail = " | ".join(self.log_text(this_run_only=True).strip().splitlines()[-3:])
-                status = self.proc.returncode if self.proc else "?"
-                raise LabError(f"{self.name} exited (status {status}) before {what}: {tail}")
-            time.sleep(0.02)
-        raise LabError(f"{self.name} not {what} after {timeout:.0f}s")
+        wait_for_log(self.name, lambda: self.log_text(this_run_only=True), self.running,
+                     predicate, timeout, what,
+                     status=lambda: self.proc.returncode if self.proc else "?")
 
     def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
         rx = re.compile(pattern)

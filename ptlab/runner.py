@@ -50,6 +50,7 @@ class CellRun:
     name: str
     procs: list[LabProcess] = field(default_factory=list)
     captures: list[Capture] = field(default_factory=list)
+    pcaps: list[Path] = field(default_factory=list)  # where the captures write
     censor: LabProcess | None = None
     # Interfaces whose GSO was limited for this cell, restored when it stops.
     gso_limited: list[tuple[str, str]] = field(default_factory=list)
@@ -63,6 +64,9 @@ class LabRunner:
         self.spec = spec
         self.extend_for_all = extend_for_all
         self.out = Path(out_dir)
+        # Where cells keep their files; the same path on every machine of a ptlab vm run.
+        self.work = self.out
+        self.cell_dir: Path | None = None  # the cell in progress
         self.lab_id = lab_id
         self.capture = capture
         self.log = log
@@ -224,20 +228,17 @@ class LabRunner:
 
     def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
               profile_name: str | None = None, baseline_only: bool = False) -> Row:
-        assert self.lab and self.services
+        assert self.services
         profile_name = profile_name or censor
         name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
         # The same cell may run again (pytest plugin): never overwrite its files.
         self._runs[name] = self._runs.get(name, 0) + 1
         if self._runs[name] > 1:
             name += f"__{self._runs[name]}"
-        cell_dir = self.out / "cells" / name
+        cell_dir = self.cell_dir = self.work / "cells" / name
         cell_dir.mkdir(parents=True, exist_ok=True)
         plugin = plugins.get(transport)
-        ctx = CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
-                          self.spec.seed, self.services.upstream,
-                          lab_ca=self.services.ca.ca_path if self.services.ca else None,
-                          lab_dir=self.services.dir)
+        ctx = self._context(transport, cell_dir)
         run = CellRun(name)
         row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
         restarted = self.services.restart_dead()
@@ -246,15 +247,18 @@ class LabRunner:
         try:
             if self.capture and not baseline_only:
                 self._start_captures(run)
-                row.pcaps = [str(c.pcap.relative_to(self.out)) for c in run.captures]
+                row.pcaps = [str(p.relative_to(self.work)) for p in run.pcaps]
             run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
             if run.gso_limited:
                 row.notes.append("policing cell: hosts sent wire-sized packets (gso_max_segs 1)")
-            for svc in plugin.servers(ctx):
+            servers = plugin.servers(ctx)  # may write state files into the cell directory
+            self._share(cell_dir)
+            for svc in servers:
                 self._start(run, svc, cell_dir)
             t_client = time.time()
             for svc in plugin.clients(ctx):
                 self._start(run, svc, cell_dir)
+            self._gather(cell_dir)  # what the processes wrote: bridge lines, SOCKS ports
             endpoint = plugin.endpoint(ctx)
             asyncio.run(self._workloads(row, endpoint, baseline_only))
             row.notes += plugin.notes(ctx)
@@ -268,7 +272,26 @@ class LabRunner:
             row.error = f"internal error: {type(exc).__name__}: {exc} (see {name}/traceback.txt)"
         finally:
             self._stop_cell(run)
+            self._gather_cell(run, cell_dir)
         return row
+
+    # --- hooks: one lab here; ptlab.vm.runner spreads a cell over three machines ---
+
+    def _context(self, transport: str, cell_dir: Path) -> CellContext:
+        assert self.lab and self.services
+        return CellContext(self.lab, cell_dir, self.spec.transports.get(transport, {}),
+                           self.spec.seed, self.services.upstream,
+                           lab_ca=self.services.ca.ca_path if self.services.ca else None,
+                           lab_dir=self.services.dir)
+
+    def _share(self, cell_dir: Path) -> None:
+        """Hand the files written here to where the cell's processes run (here)."""
+
+    def _gather(self, cell_dir: Path) -> None:
+        """Fetch what the cell's processes wrote (they wrote it here)."""
+
+    def _gather_cell(self, run: CellRun, cell_dir: Path) -> None:
+        """Bring a finished cell's logs and captures into the results (they are there)."""
 
     @contextlib.contextmanager
     def traffic_session(self, transport: str | None, name: str, pcap: Path,
@@ -330,6 +353,7 @@ class LabRunner:
             cap = Capture(self.lab.ns("censor"), self.lab.iface("censor", peer),
                           pdir / f"{run.name}__censor-{peer}.pcap")
             run.captures.append(cap.start())
+            run.pcaps.append(cap.pcap)
 
     def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
                       cell_dir: Path) -> LabProcess:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from netns.errors import LabError
-from netns.process import LabProcess
+from netns.process import LabProcess, wait_for_log
 from netns.sh import run as run_local
 
 
@@ -180,15 +180,8 @@ class SshProcess:
         return self._last_log
 
     def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self.log_text()):
-                return
-            if not self.running():
-                tail = " | ".join(self.log_text().strip().splitlines()[-3:])
-                raise LabError(f"{self.name} on {self.host.name} exited before {what}: {tail}")
-            time.sleep(0.2)
-        raise LabError(f"{self.name} on {self.host.name} not {what} after {timeout:.0f}s")
+        wait_for_log(f"{self.name} on {self.host.name}", self.log_text, self.running,
+                     predicate, timeout, what, interval=0.2)
 
     def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
         rx = re.compile(pattern)

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
-import traceback
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +28,6 @@ from netns.errors import LabError
 from .. import plugins
 from ..labservices import LabServices
 from ..plugins.base import CellContext, Service
-from ..results import Row
 from ..runner import CellRun, LabRunner
 from ..spec import Spec, SpecError
 from ..workloads.cell import CellPlan, Measurement, config_dict
@@ -137,7 +134,6 @@ class VmRunner(LabRunner):
         self.censor_ifaces: tuple[str, str] | None = None
         self.gso: dict[str, str] = {}  # machine -> its lab interface
         self.label = label
-        self._cell_dir: Path | None = None
 
     def describe(self) -> str:
         return self.label
@@ -210,61 +206,25 @@ class VmRunner(LabRunner):
 
     # --- cells ------------------------------------------------------------------
 
-    def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
-              profile_name: str | None = None, baseline_only: bool = False) -> Row:
+    def _context(self, transport: str, cell_dir: Path) -> CellContext:
         assert self.services
-        profile_name = profile_name or censor
-        name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
-        self._runs[name] = self._runs.get(name, 0) + 1
-        if self._runs[name] > 1:
-            name += f"__{self._runs[name]}"
-        cell_dir = self._cell_dir = self.work / "cells" / name
-        cell_dir.mkdir(parents=True, exist_ok=True)
-        plugin = plugins.get(transport)
         opts = self.spec.transports.get(transport, {})
-        ctx = CellContext(self.vlab, cell_dir, opts, self.spec.seed,  # type: ignore[arg-type]
+        return CellContext(self.vlab, cell_dir, opts, self.spec.seed,  # type: ignore[arg-type]
                            self.services.upstream,
-                          lab_ca=self.services.ca.ca_path if self.services.ca else None,
-                          lab_dir=self.services.dir, python=self.hosts["servers"].python)
-        run = CellRun(name)
-        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
-        restarted = self.services.restart_dead()
-        if restarted:
-            row.notes.append(f"restarted lab services that had died: {', '.join(restarted)}")
-        try:
-            if self.capture and not baseline_only:
-                self._start_captures(run)
-            run.censor = self._start_censor(run, profile_name, overrides, cell_dir)
-            if run.gso_limited:
-                row.notes.append("policing cell: hosts sent wire-sized packets (gso_max_segs 1)")
-            servers = plugin.servers(ctx)  # may write state files into the cell directory
-            self._push(cell_dir)
-            for svc in servers:
-                self._start(run, svc, cell_dir)
-            t_client = time.time()
-            for svc in plugin.clients(ctx):
-                self._start(run, svc, cell_dir)
-            for host in self.hosts.values():  # bridge lines, SOCKS ports
-                host.pull(cell_dir)
-            endpoint = plugin.endpoint(ctx)
-            asyncio.run(self._workloads(row, endpoint, baseline_only))
-            row.notes += plugin.notes(ctx)
-            self._check_alive(row, run)
-            self._finish_censor(row, run, t_client)
-        except (LabError, profiles.ProfileError, OSError) as exc:
-            row.status, row.error = "ERROR", str(exc)
-        except Exception as exc:  # a bug must cost one cell, not the run
-            (cell_dir / "traceback.txt").write_text(traceback.format_exc())
-            row.status = "ERROR"
-            row.error = f"internal error: {type(exc).__name__}: {exc} (see {name}/traceback.txt)"
-        finally:
-            self._stop_cell(run)
-            self._bring_home(cell_dir)
-            if run.captures:
-                self._bring_home(self.work / "pcaps")
-                row.pcaps = [str(Path(p.argv[p.argv.index("-w") + 1]).relative_to(self.work))
-                             for p in run.captures]  # type: ignore[attr-defined]
-        return row
+                           lab_ca=self.services.ca.ca_path if self.services.ca else None,
+                           lab_dir=self.services.dir, python=self.hosts["servers"].python)
+
+    def _share(self, cell_dir: Path) -> None:
+        self._push(cell_dir)
+
+    def _gather(self, cell_dir: Path) -> None:
+        for host in self.hosts.values():
+            host.pull(cell_dir)
+
+    def _gather_cell(self, run: CellRun, cell_dir: Path) -> None:
+        self._bring_home(cell_dir)
+        if run.captures:
+            self._bring_home(self.work / "pcaps")
 
     def _push(self, path: Path) -> None:
         for host in self.hosts.values():
@@ -284,6 +244,7 @@ class VmRunner(LabRunner):
         self._push(pdir)
         for peer, dev in zip(("client", "inet"), self.censor_ifaces, strict=True):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
+            run.pcaps.append(pcap)
             p = self.hosts["censor"].spawn(
                 ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", "256", "-U", "-w",
                  str(pcap)], f"tcpdump-{peer}", pcap.with_suffix(".log"))
@@ -339,12 +300,12 @@ class VmRunner(LabRunner):
 
     async def _measure(self, endpoint, plan: CellPlan) -> Measurement:
         """Measure on the client machine: ``python -m ptlab.workloads.cell``."""
-        assert self.services and self.services.sshd and self._cell_dir
-        cfg = self._cell_dir / "workload.json"
+        assert self.services and self.services.sshd and self.cell_dir
+        cfg = self.cell_dir / "workload.json"
         cfg.write_text(json.dumps(config_dict(endpoint, plan, self.services.benign_targets(),
                                               self.services.sshd.directory)))
         client = self.hosts["client"]
-        client.push(self._cell_dir)
+        client.push(self.cell_dir)
         budget = (plan.bootstrap_s + plan.repetitions * plan.bulk_timeout_s
                   + plan.benign_timeout_s + 4.0 * plan.latency_count + 60.0)
         proc = await asyncio.to_thread(client.run, [client.python, "-m", "ptlab.workloads.cell",

@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from netns import cleanup, ownership
-from netns.errors import LabError
-from netns.names import check_lab_id, if_name, new_lab_id, ns_name
+from netns.names import check_lab_id, if_name, ns_name
 from netns.sh import require_root, require_tools, run
 
 from .hosts import NamespaceHost
@@ -41,16 +40,7 @@ class SplitMachines:
     def up(self) -> SplitMachines:
         require_root()
         require_tools("ip")
-        if self.id is None:
-            for _ in range(20):
-                if ownership.claim(candidate := new_lab_id()):
-                    self.id = candidate
-                    break
-            else:
-                raise LabError("could not find a free lab id")
-        elif not ownership.claim(self.id):
-            raise LabError(f"lab {self.id!r} exists already (ptlab lab down {self.id} removes it)")
-        ownership.write_owner(self.id)
+        self.id = ownership.claim_lab(self.id)
         try:
             self._create()
         except BaseException:
