@@ -50,6 +50,8 @@ def source_address(url: str) -> str:
     route decides; a connected UDP socket sends nothing). "?" when there is none."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    if not host:
+        return "?"
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as s:
