@@ -41,6 +41,12 @@ class Profile:
     path: Path | None = None
     sha256: str = ""
 
+    @property
+    def probes(self) -> bool:
+        """Whether a policy rule sends suspects to the active prober."""
+        return any("probe" in (r["action"] if isinstance(r["action"], list) else [r["action"]])
+                   for r in self.policy.get("rules", []))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "description": self.description, "source": self.source,

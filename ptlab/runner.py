@@ -158,12 +158,12 @@ class LabRunner:
             shaping.apply_egress(self.lab.ns(a), self.lab.iface(a, b), shape)
 
     def _measure_rtt(self) -> float | None:
-        assert self.lab
-        proc = self.lab.exec("client", ["ping", "-n", "-q", "-c", "5", "-i", "0.05", "-W", "1",
-                                        self.lab.addr("web")], check=False)
-        for line in proc.stdout.splitlines():
-            if "min/avg/max" in line:
-                return float(line.split("=")[1].split("/")[1])
+        for _ in range(3):  # a fresh link may lose the first ARP round
+            out = self._exec("client", ["ping", "-n", "-q", "-c", "5", "-i", "0.05", "-W", "1",
+                                        self._addr("web")], check=False).stdout
+            for line in out.splitlines():
+                if "min/avg/max" in line:
+                    return float(line.split("=")[1].split("/")[1])
         return None
 
     # --- cells ----------------------------------------------------------------
@@ -284,6 +284,15 @@ class LabRunner:
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,
                            lab_dir=self.services.dir)
 
+    def _exec(self, role: str, argv: list[str], check: bool = True):
+        """Run a short command where `role` runs."""
+        assert self.lab
+        return self.lab.exec(role, argv, check=check)
+
+    def _addr(self, role: str) -> str:
+        assert self.lab
+        return self.lab.addr(role)
+
     def _share(self, cell_dir: Path) -> None:
         """Hand the files written here to where the cell's processes run (here)."""
 
@@ -355,23 +364,27 @@ class LabRunner:
             run.captures.append(cap.start())
             run.pcaps.append(cap.pcap)
 
-    def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
-                      cell_dir: Path) -> LabProcess:
-        assert self.lab
+    def _censor_overrides(self, run: CellRun, profile_name: str,
+                          overrides: dict[str, Any]) -> tuple[profiles.Profile, dict[str, Any]]:
+        """The cell's profile, and its overrides with "role:" addresses resolved. Hosts
+        send wire-sized packets from here on when the profile polices or learned."""
         prof = profiles.load_profile(profile_name, overrides)
         detectors = self._resolve_roles(prof.detectors)
-        cfg = {"profile": profile_name, "overrides": {**overrides, "detectors": detectors}
-               if detectors else overrides,
-               "inside": self.lab.iface("censor", "client"),
-               "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
-        probes = any("probe" in (r["action"] if isinstance(r["action"], list) else
-                                 [r["action"]]) for r in prof.policy.get("rules", []))
         learning = any(d.get("kind") == "ml" for d in prof.detectors.values())
         if "throttle" in prof.actions or learning:
             # Policers, and models trained on wire-sized packets (ptlab dataset), need
             # the packets a real link carries.
             self._wire_sized_segments(run)
-        if probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
+        return prof, {**overrides, "detectors": detectors} if detectors else overrides
+
+    def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
+                      cell_dir: Path) -> LabProcess:
+        assert self.lab
+        prof, over = self._censor_overrides(run, profile_name, overrides)
+        cfg = {"profile": profile_name, "overrides": over,
+               "inside": self.lab.iface("censor", "client"),
+               "outside": self.lab.iface("censor", "inet"), "seed": self.spec.seed}
+        if prof.probes:  # the censor's prober, on its own node (ARCHITECTURE.md §1)
             listen = f"{self.lab.addr('prober')}:9100"
             pool = self.lab.topology.nodes["prober"].extra_prefixes
             self._start(run, Service("prober", "prober", [
@@ -404,21 +417,23 @@ class LabRunner:
 
     def _resolve_roles(self, value: Any) -> Any:
         """Replace "role:NAME" with every address of lab node NAME."""
-        assert self.lab
         if isinstance(value, dict):
             return {k: self._resolve_roles(v) for k, v in value.items()}
         if isinstance(value, list):
             out: list[Any] = []
             for v in value:
                 if isinstance(v, str) and v.startswith("role:"):
-                    role = v[5:]
-                    if role not in self.lab.topology.nodes:
-                        raise profiles.ProfileError(f"{v}: no lab node {role!r}")
-                    out += self.lab.topology.addresses(role)
+                    out += self._role_addresses(v[5:])
                 else:
                     out.append(v)
             return out
         return value
+
+    def _role_addresses(self, role: str) -> list[str]:
+        assert self.lab
+        if role not in self.lab.topology.nodes:
+            raise profiles.ProfileError(f"role:{role}: no lab node {role!r}")
+        return self.lab.topology.addresses(role)
 
     def _plan(self, transport: str, baseline_only: bool) -> CellPlan:
         w = self.spec.workloads
@@ -542,9 +557,8 @@ class LabRunner:
     def _stop_cell(self, run: CellRun) -> None:
         for p in reversed(run.procs):
             p.stop()
-        assert self.lab
         for role, dev in run.gso_limited:  # the veth default
-            self.lab.exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
+            self._exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
         for c in run.captures:
             try:
                 c.stop()

@@ -102,7 +102,10 @@ class SshHost:
             log = shlex.quote(str(background_log))
             cmd = (f"mkdir -p {shlex.quote(str(background_log.parent))} && "
                    f"{{ setsid {cmd} > {log} 2>&1 < /dev/null & echo $!; }}")
-        script = f"cd {shlex.quote(self.cwd)} && {cmd}"
+        return self._as_root(f"cd {shlex.quote(self.cwd)} && {cmd}")
+
+    def _as_root(self, script: str) -> str:
+        """The remote command that runs shell `script` as root."""
         return ("sudo -n " if self.sudo else "") + "sh -c " + shlex.quote(script)
 
     def _ssh(self, command: str, input: bytes | None = None, timeout: float = 60.0,
@@ -141,8 +144,7 @@ class SshHost:
         data = subprocess.run(["tar", "-C", str(path), "-cf", "-", "."], capture_output=True,
                               check=True).stdout
         q = shlex.quote(str(path))
-        script = f"mkdir -p {q} && tar -C {q} --skip-old-files -xf -"
-        self._ssh(("sudo -n " if self.sudo else "") + f"sh -c {shlex.quote(script)}",
+        self._ssh(self._as_root(f"mkdir -p {q} && tar -C {q} --skip-old-files -xf -"),
                   input=data)
 
     def pull(self, path: Path) -> None:
@@ -152,8 +154,7 @@ class SshHost:
         holds the live one, and copies pushed elsewhere keep their older times.
         """
         q = shlex.quote(str(path))
-        p = self._ssh(("sudo -n " if self.sudo else "") +
-                      f"sh -c {shlex.quote(f'test -d {q} && tar -C {q} -cf - . || true')}")
+        p = self._ssh(self._as_root(f"test -d {q} && tar -C {q} -cf - . || true"))
         if p.stdout:
             path.mkdir(parents=True, exist_ok=True)
             subprocess.run(["tar", "-C", str(path), "--keep-newer-files", "-xf", "-"],

@@ -59,11 +59,9 @@ def check_spec(spec: Spec) -> None:
             prof = profiles.load_profile(name, over)
         except profiles.ProfileError as exc:
             raise SpecError(f"censors.{column}: {exc}") from None
-        for rule in prof.policy.get("rules", []):
-            acts = rule["action"] if isinstance(rule["action"], list) else [rule["action"]]
-            if "probe" in acts:
-                raise SpecError(f"censors.{column}: {name} probes actively, and the "
-                                f"three-machine layout has no prober machine")
+        if prof.probes:
+            raise SpecError(f"censors.{column}: {name} probes actively, and the "
+                            f"three-machine layout has no prober machine")
 
 
 def device_of(host: Host, address: str) -> str:
@@ -187,19 +185,9 @@ class VmRunner(LabRunner):
         if self.work != self.out:
             shutil.rmtree(self.work, ignore_errors=True)
 
-    def _measure_rtt(self) -> float | None:
-        for _ in range(3):  # a fresh link may lose the first ARP round
-            out = self.hosts["client"].run(["ping", "-n", "-q", "-c", "5", "-i", "0.05", "-W",
-                                            "1", self.vlab.addr("web")], check=False).stdout
-            for line in out.splitlines():
-                if "min/avg/max" in line:
-                    return float(line.split("=")[1].split("/")[1])
-        return None
-
     def _bring_home(self, path: Path) -> None:
         """Pull a directory from every machine, and copy it into the results."""
-        for host in self.hosts.values():
-            host.pull(path)
+        self._gather(path)
         if self.work != self.out and path.is_dir():
             dest = self.out / path.relative_to(self.work)
             shutil.copytree(path, dest, dirs_exist_ok=True)
@@ -214,21 +202,18 @@ class VmRunner(LabRunner):
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,
                            lab_dir=self.services.dir, python=self.hosts["servers"].python)
 
-    def _share(self, cell_dir: Path) -> None:
-        self._push(cell_dir)
-
-    def _gather(self, cell_dir: Path) -> None:
+    def _share(self, path: Path) -> None:
         for host in self.hosts.values():
-            host.pull(cell_dir)
+            host.push(path)
+
+    def _gather(self, path: Path) -> None:
+        for host in self.hosts.values():
+            host.pull(path)
 
     def _gather_cell(self, run: CellRun, cell_dir: Path) -> None:
         self._bring_home(cell_dir)
         if run.captures:
             self._bring_home(self.work / "pcaps")
-
-    def _push(self, path: Path) -> None:
-        for host in self.hosts.values():
-            host.push(path)
 
     def _start(self, run: CellRun, svc: Service, cell_dir: Path):  # type: ignore[override]
         host = self.hosts[machine_of(svc.role)]
@@ -241,7 +226,7 @@ class VmRunner(LabRunner):
         assert self.censor_ifaces
         pdir = self.work / "pcaps"
         pdir.mkdir(exist_ok=True)
-        self._push(pdir)
+        self._share(pdir)
         for peer, dev in zip(("client", "inet"), self.censor_ifaces, strict=True):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
             run.pcaps.append(pcap)
@@ -253,50 +238,34 @@ class VmRunner(LabRunner):
 
     def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
                       cell_dir: Path):  # type: ignore[override]
+        """``ptlab censor`` on the censor machine's two lab interfaces (no prober:
+        check_spec refused probing profiles)."""
         assert self.censor_ifaces
-        prof = profiles.load_profile(profile_name, overrides)
-        detectors = self._resolve_roles(prof.detectors)
-        over = {**overrides, "detectors": detectors} if detectors else overrides
-        learning = any(d.get("kind") == "ml" for d in prof.detectors.values())
-        if "throttle" in prof.actions or learning:
-            self._wire_sized_segments(run)
+        _, over = self._censor_overrides(run, profile_name, overrides)
         inside, outside = self.censor_ifaces
         argv = [self.hosts["censor"].python, "-m", "ptlab", "censor", "--profile", profile_name,
                 "--inside", inside, "--outside", outside, "--seed", str(self.spec.seed),
                 "--set", json.dumps(over)]
         return self._start(run, Service("censor", "censor", argv), cell_dir)
 
-    def _resolve_roles(self, value: Any) -> Any:
-        """Replace "role:NAME" with the addresses of NAME on the three machines."""
-        if isinstance(value, dict):
-            return {k: self._resolve_roles(v) for k, v in value.items()}
-        if isinstance(value, list):
-            out: list[Any] = []
-            for v in value:
-                if isinstance(v, str) and v.startswith("role:"):
-                    try:
-                        out += self.vlab.addresses(v[5:])
-                    except LabError as exc:
-                        raise profiles.ProfileError(f"{v}: {exc}") from None
-                else:
-                    out.append(v)
-            return out
-        return value
+    def _role_addresses(self, role: str) -> list[str]:
+        try:
+            return self.vlab.addresses(role)
+        except LabError as exc:
+            raise profiles.ProfileError(f"role:{role}: {exc}") from None
 
     def _wire_sized_segments(self, run: CellRun) -> None:
         for machine, dev in self.gso.items():
-            self.hosts[machine].run(["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
+            self._exec(machine, ["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
             run.gso_limited.append((machine, dev))
 
-    def _stop_cell(self, run: CellRun) -> None:
-        for p in reversed(run.procs):
-            p.stop()
-        for machine, dev in run.gso_limited:
-            self.hosts[machine].run(["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"],
-                                    check=False)
-        for c in run.captures:
-            c.stop()  # type: ignore[call-arg]
-        self._collect_events(run.name, run.procs)
+    def _exec(self, role: str, argv: list[str], check: bool = True):
+        """Run a short command on the machine of `role` (or on the machine so named)."""
+        host = self.hosts[role] if role in self.hosts else self.hosts[machine_of(role)]
+        return host.run(argv, check=check)
+
+    def _addr(self, role: str) -> str:
+        return self.vlab.addr(role)
 
     async def _measure(self, endpoint, plan: CellPlan) -> Measurement:
         """Measure on the client machine: ``python -m ptlab.workloads.cell``."""

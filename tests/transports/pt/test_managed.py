@@ -290,6 +290,18 @@ async def _http_upstream(body: bytes) -> asyncio.Server:
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
+async def _obfs4_server(tmp_path: Path, up: asyncio.Server):
+    """Our managed-mode obfs4 server relaying to `up`: its Lifetime, its listeners,
+    and a client dial that trusts it."""
+    state = load_or_create(tmp_path)
+    life = managed.Lifetime()
+    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["obfs4"],
+                       bindaddrs={"obfs4": ("127.0.0.1", 0)}, orport=("127.0.0.1", port_of(up)))
+    servers = await managed.start_server(cfg, life)
+    dial = base.get("obfs4").client_factory(None, {"cert": state.cert, "iat-mode": "0"}).dial
+    return life, servers, dial
+
+
 async def test_obfs4_handlers_end_with_their_connections(tmp_path):
     """Each obfs4 connection's handler ends once the connection is over, whichever
     side ends it: it used to wait forever on the handshake's StreamWriter, whose
@@ -297,12 +309,7 @@ async def test_obfs4_handlers_end_with_their_connections(tmp_path):
     response the upstream sends right before closing arrives whole."""
     body = os.urandom(200_000)
     up = await _http_upstream(body)
-    state = load_or_create(tmp_path)
-    life = managed.Lifetime()
-    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["obfs4"],
-                       bindaddrs={"obfs4": ("127.0.0.1", 0)}, orport=("127.0.0.1", port_of(up)))
-    servers = await managed.start_server(cfg, life)
-    dial = base.get("obfs4").client_factory(None, {"cert": state.cert, "iat-mode": "0"}).dial
+    life, servers, dial = await _obfs4_server(tmp_path, up)
     get = b"GET /bulk HTTP/1.1\r\nHost: web.lab\r\nConnection: %s\r\n\r\n"
     try:
         for last_close in (b"close", b"keep-alive"):  # the upstream ends it, or the client
@@ -324,12 +331,7 @@ async def test_obfs4_session_ended_by_bad_frames_is_logged(tmp_path, capsys):
     """A session that ends on a frame failing authentication looks like an EOF to
     the relay: the server says so in a LOG line (no addresses), for the cell logs."""
     up = await echo_server()
-    state = load_or_create(tmp_path)
-    life = managed.Lifetime()
-    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["obfs4"],
-                       bindaddrs={"obfs4": ("127.0.0.1", 0)}, orport=("127.0.0.1", port_of(up)))
-    servers = await managed.start_server(cfg, life)
-    dial = base.get("obfs4").client_factory(None, {"cert": state.cert, "iat-mode": "0"}).dial
+    life, servers, dial = await _obfs4_server(tmp_path, up)
     try:
         r, w = await dial("127.0.0.1", port_of(servers[0]))
         w.write(b"ping")
