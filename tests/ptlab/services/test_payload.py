@@ -1,9 +1,10 @@
-"""Deterministic payloads: same bytes for the same seed, random-looking, fast."""
+"""Deterministic payloads: same bytes for the same seed, random-looking.
+
+Their speed is measured in benchmarks/primitives.py, not asserted here."""
 
 from __future__ import annotations
 
 import hashlib
-import time
 import zlib
 
 import pytest
@@ -52,12 +53,3 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         list(payload_chunks(10, 0, chunk=0))
 
-
-def test_fast_enough() -> None:
-    size = 128 << 20
-    start = time.perf_counter()
-    total = sum(len(p) for p in payload_chunks(size, seed=2))
-    elapsed = time.perf_counter() - start
-    assert total == size
-    # Measured ~5 GB/s with AES-NI; demand a lenient 300 MB/s so CI noise is fine.
-    assert size / elapsed > 300e6, f"{size / elapsed / 1e6:.0f} MB/s"

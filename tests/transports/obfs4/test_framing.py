@@ -2,7 +2,6 @@
 
 import hashlib
 import os
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -237,23 +236,3 @@ def test_truncated_frame_returns_nothing():
     dec = Decoder(KM)
     assert dec.feed(wire[:-1]) == []
     assert dec.feed(wire[-1:]) == [b"x" * 500]
-
-
-def test_framing_throughput_report(capsys):
-    """Not an assertion: prints encode+decode MB/s for 1 MB (best of 5), for the report."""
-    data = [os.urandom(MAXIMUM_FRAME_PAYLOAD_LENGTH)] * (2**20 // MAXIMUM_FRAME_PAYLOAD_LENGTH)
-    total = sum(map(len, data))
-    best_enc = best_dec = float("inf")
-    for _ in range(5):
-        enc, dec = Encoder(KM), Decoder(KM)
-        t0 = time.perf_counter()
-        wire = enc.encode_many(data)
-        t1 = time.perf_counter()
-        out = dec.feed(wire)
-        t2 = time.perf_counter()
-        assert len(out) == len(data)
-        best_enc, best_dec = min(best_enc, t1 - t0), min(best_dec, t2 - t1)
-    with capsys.disabled():
-        print(f"\n[framing 1 MB] encode {total / best_enc / 1e6:.0f} MB/s, decode "
-              f"{total / best_dec / 1e6:.0f} MB/s, encode+decode "
-              f"{total / (best_enc + best_dec) / 1e6:.0f} MB/s")
