@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..plugins.base import Endpoint
+from ..services.sshd import SshdFiles
 from ..workloads import benign
 from ..workloads.http import HTTPError, read_body, read_head, send_get
 from ..workloads.tunnel import open_tunnel
@@ -84,7 +85,7 @@ async def transport_flow(ns: str, ep: Endpoint, p: Plan, timeout: float = 10.0) 
 async def browse(ns: str, ip: str, port: int, host: str, ctx: ssl.SSLContext | None, p: Plan,
                  timeout: float = 10.0) -> int:
     """A keep-alive HTTP(S) session of the planned requests straight to a server."""
-    sock = await benign._connect(ns, ip, port)
+    sock = await benign.connect_in(ns, ip, port)
     reader, writer = await asyncio.open_connection(
         sock=sock, ssl=ctx, server_hostname=host if ctx else None,
         ssl_handshake_timeout=timeout if ctx else None)
@@ -97,7 +98,7 @@ async def browse(ns: str, ip: str, port: int, host: str, ctx: ssl.SSLContext | N
 
 
 def benign_session(kind: str, ns: str, targets: benign.BenignTargets, rng: random.Random,
-                   ssh_files: object, timeout: float = 10.0,
+                   ssh_files: SshdFiles | None, timeout: float = 10.0,
                    edge_v6: str | None = None) -> Callable[[], Awaitable[object]]:
     """A factory for one benign session of `kind` (see :data:`BENIGN_KINDS`).
 
@@ -122,15 +123,15 @@ def benign_session(kind: str, ns: str, targets: benign.BenignTargets, rng: rando
     if kind == "ssh":
         assert targets.ssh
         sip, sport = targets.ssh
-        return lambda: benign._ssh(ns, sip, sport, ssh_files, timeout)  # type: ignore[arg-type]
+        return lambda: benign.ssh_session(ns, sip, sport, ssh_files, timeout)
     if kind == "binary":
         assert targets.binary
         bip, bport = targets.binary
-        return lambda: benign._binary(ns, bip, bport)
+        return lambda: benign.binary_exchange(ns, bip, bport)
     if kind == "dns-tcp":
         assert targets.dns
         dip, dport = targets.dns
-        return lambda: benign._dns_tcp(ns, dip, dport, targets.dns_name, targets.dns_type)
+        return lambda: benign.dns_over_tcp(ns, dip, dport, targets.dns_name, targets.dns_type)
     raise ValueError(f"unknown benign session kind {kind!r}")
 
 

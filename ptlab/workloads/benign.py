@@ -84,7 +84,7 @@ def collateral_share(results: list[BenignResult]) -> float:
 # --- sockets in the client namespace ---------------------------------------------
 
 
-async def _connect(ns: str | None, ip: str, port: int,
+async def connect_in(ns: str | None, ip: str, port: int,
                    type: int = socket.SOCK_STREAM) -> socket.socket:
     """A socket in namespace `ns`, connected (TCP) or associated (UDP) to ip:port."""
     loop = asyncio.get_running_loop()
@@ -102,7 +102,7 @@ async def _udp_exchange(ns: str | None, ip: str, port: int, payload: bytes, time
                         accept: Callable[[bytes], bool]) -> bytes:
     """Send a datagram, resending every third of `timeout`, until `accept` likes a reply."""
     loop = asyncio.get_running_loop()
-    sock = await _connect(ns, ip, port, socket.SOCK_DGRAM)
+    sock = await connect_in(ns, ip, port, socket.SOCK_DGRAM)
     try:
         interval = max(timeout / 3, 0.05)
         while True:
@@ -124,7 +124,7 @@ async def _udp_exchange(ns: str | None, ip: str, port: int, payload: bytes, time
 
 async def _http_get(ns: str | None, ip: str, port: int, host: str,
                     ctx: ssl.SSLContext | None) -> None:
-    sock = await _connect(ns, ip, port)
+    sock = await connect_in(ns, ip, port)
     reader, writer = await asyncio.open_connection(
         sock=sock, ssl=ctx, server_hostname=host if ctx else None,
         ssl_handshake_timeout=None if ctx is None else 60.0,
@@ -182,10 +182,11 @@ async def _dns_udp(ns: str | None, ip: str, port: int, name: str, rdtype: str,
     _check_dns(query, dns.message.from_wire(data))
 
 
-async def _dns_tcp(ns: str | None, ip: str, port: int, name: str, rdtype: str) -> None:
+async def dns_over_tcp(ns: str | None, ip: str, port: int, name: str, rdtype: str) -> None:
+    """One DNS query over TCP (RFC 7766 framing); FlowError unless the answer matches."""
     query = dns.message.make_query(name, rdtype)
     wire = query.to_wire()
-    sock = await _connect(ns, ip, port)
+    sock = await connect_in(ns, ip, port)
     reader, writer = await asyncio.open_connection(sock=sock)
     try:
         writer.write(struct.pack("!H", len(wire)) + wire)
@@ -208,9 +209,11 @@ def _check_dns(query: dns.message.Message, resp: dns.message.Message) -> None:
         raise FlowError(f"DNS answer has no {dns.rdatatype.to_text(want)} record")
 
 
-async def _binary(ns: str | None, ip: str, port: int) -> None:
+async def binary_exchange(ns: str | None, ip: str, port: int) -> None:
+    """1 KiB of random bytes to the binary server, which must answer their SHA-256:
+    high-entropy benign traffic, what an entropy rule is most likely to misjudge."""
     payload = secrets.token_bytes(1024)
-    sock = await _connect(ns, ip, port)
+    sock = await connect_in(ns, ip, port)
     reader, writer = await asyncio.open_connection(sock=sock)
     try:
         writer.write(binary_frame(payload))
@@ -228,7 +231,9 @@ async def _udp_echo(ns: str | None, ip: str, port: int, timeout: float) -> None:
     await _udp_exchange(ns, ip, port, payload, timeout, lambda d: d == payload)
 
 
-async def _ssh(ns: str | None, ip: str, port: int, files: SshdFiles | None, timeout: float) -> None:
+async def ssh_session(ns: str | None, ip: str, port: int, files: SshdFiles | None,
+                      timeout: float) -> None:
+    """A real OpenSSH login to the lab's sshd that runs one command and checks its output."""
     if files is None:
         raise FlowError("no ssh client key given")
     argv = [*(["ip", "netns", "exec", ns] if ns else []),
@@ -290,14 +295,14 @@ async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout:
         jobs.append(_timed("dns-udp", where, timeout,
                            lambda: _dns_udp(ns, ip, port, name, rdtype, timeout)))
         jobs.append(_timed("dns-tcp", where, timeout,
-                           lambda: _dns_tcp(ns, ip, port, name, rdtype)))
+                           lambda: dns_over_tcp(ns, ip, port, name, rdtype)))
     if targets.ssh is not None:
         sip, sport = targets.ssh
         jobs.append(_timed("ssh", format_hostport(sip, sport), timeout,
-                           lambda: _ssh(ns, sip, sport, ssh, timeout)))
+                           lambda: ssh_session(ns, sip, sport, ssh, timeout)))
     for bip, bport in ([targets.binary] if targets.binary else []) + targets.binary_extra:
         jobs.append(_timed("binary", format_hostport(bip, bport), timeout,
-                           lambda bip=bip, bport=bport: _binary(ns, bip, bport)))
+                           lambda bip=bip, bport=bport: binary_exchange(ns, bip, bport)))
     if targets.udp is not None:
         uip, uport = targets.udp
         jobs.append(_timed("udp-echo", format_hostport(uip, uport), timeout,
