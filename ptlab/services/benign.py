@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import socket
 import struct
@@ -25,6 +24,7 @@ from collections.abc import Iterable
 
 from ptlab.events import EventLog
 from ptlab.service_main import ConfigError, run_service
+from ptlab.services.listeners import Listeners
 from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport
 
 COMPONENT = "benign"
@@ -66,9 +66,7 @@ class BenignServers:
         self.events = events
         self.binary_bound: list[tuple[str, int]] = []
         self.udp_bound: list[tuple[str, int]] = []
-        self._servers: list[asyncio.Server] = []
-        self._udp: list[asyncio.BaseTransport] = []
-        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.listeners = Listeners()
 
     async def start(self, binary: Iterable[tuple[str, int]] = (),
                     udp: Iterable[tuple[str, int]] = ()) -> None:
@@ -76,12 +74,13 @@ class BenignServers:
         try:
             for host, port in binary:
                 sock = bind_socket(host, port, socket.SOCK_STREAM)
-                self._servers.append(await asyncio.start_server(self._binary_conn, sock=sock))
+                self.listeners.tcp.append(
+                    await asyncio.start_server(self._binary_conn, sock=sock))
                 self.binary_bound.append((host, sock.getsockname()[1]))
             for host, port in udp:
                 sock = bind_socket(host, port, socket.SOCK_DGRAM)
                 tr, _ = await loop.create_datagram_endpoint(_UdpEcho, sock=sock)
-                self._udp.append(tr)
+                self.listeners.udp.append(tr)
                 self.udp_bound.append((host, sock.getsockname()[1]))
         except BaseException:
             await self.close()
@@ -89,54 +88,32 @@ class BenignServers:
 
     async def _binary_conn(self, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._conns[task] = writer
         peer = writer.get_extra_info("peername")
         frames = 0
-        try:
-            while True:
-                try:
-                    head = await asyncio.wait_for(reader.readexactly(4), BINARY_IDLE_TIMEOUT)
-                except asyncio.IncompleteReadError:
-                    break
-                if head[:2] != BINARY_MAGIC:
-                    break  # not our protocol: hang up
-                (length,) = struct.unpack("!H", head[2:])
-                payload = await asyncio.wait_for(reader.readexactly(length), BINARY_IDLE_TIMEOUT)
-                writer.write(binary_reply(payload))
-                await writer.drain()
-                frames += 1
-        except (asyncio.IncompleteReadError, TimeoutError, OSError):
-            pass
-        except asyncio.CancelledError:
-            # Shutdown. Swallowed: 3.11's start_server callback logs a cancelled handler.
-            pass
-        finally:
-            if task is not None:
-                self._conns.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-            if self.events is not None and peer:
-                self.events.emit("binary", peer=format_hostport(str(peer[0]), peer[1]),
-                                 frames=frames)
+        async with self.listeners.connection(writer):
+            try:
+                while True:
+                    try:
+                        head = await asyncio.wait_for(reader.readexactly(4),
+                                                      BINARY_IDLE_TIMEOUT)
+                    except asyncio.IncompleteReadError:
+                        break
+                    if head[:2] != BINARY_MAGIC:
+                        break  # not our protocol: hang up
+                    (length,) = struct.unpack("!H", head[2:])
+                    payload = await asyncio.wait_for(reader.readexactly(length),
+                                                     BINARY_IDLE_TIMEOUT)
+                    writer.write(binary_reply(payload))
+                    await writer.drain()
+                    frames += 1
+            except (asyncio.IncompleteReadError, TimeoutError, OSError):
+                pass
+        if self.events is not None and peer:
+            self.events.emit("binary", peer=format_hostport(str(peer[0]), peer[1]),
+                             frames=frames)
 
     async def close(self) -> None:
-        for tr in self._udp:
-            tr.close()
-        for srv in self._servers:
-            srv.close()
-        # Handlers wait on idle reads; end them now rather than when the loop dies.
-        tasks = list(self._conns)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for srv in self._servers:
-            with contextlib.suppress(Exception):
-                await srv.wait_closed()
-        self._udp.clear()
-        self._servers.clear()
+        await self.listeners.close()
 
 
 def build_parser() -> argparse.ArgumentParser:

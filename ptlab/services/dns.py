@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ipaddress
 import json
 import struct
@@ -35,6 +34,7 @@ import dns.rrset
 
 from ptlab.events import EventLog
 from ptlab.service_main import ConfigError, run_service
+from ptlab.services.listeners import Listeners
 from ptlab.services.netutil import bind_udp_tcp_pair, format_hostport, parse_hostport
 
 COMPONENT = "dns"
@@ -217,9 +217,7 @@ class DnsServer:
         self.zone = zone
         self.events = events
         self.bound: list[tuple[str, int]] = []
-        self._udp: list[asyncio.DatagramTransport] = []
-        self._tcp: list[asyncio.Server] = []
-        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.listeners = Listeners()
 
     def note(self, reply: Reply, transport: str, peer: Any) -> None:
         if self.events is not None:
@@ -232,8 +230,8 @@ class DnsServer:
             for host, port in listens:
                 udp, tcp = bind_udp_tcp_pair(host, port)
                 tr, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self), sock=udp)
-                self._udp.append(tr)  # type: ignore[arg-type]
-                self._tcp.append(await asyncio.start_server(self._tcp_conn, sock=tcp))
+                self.listeners.udp.append(tr)
+                self.listeners.tcp.append(await asyncio.start_server(self._tcp_conn, sock=tcp))
                 self.bound.append((host, udp.getsockname()[1]))
         except BaseException:
             await self.close()
@@ -241,48 +239,24 @@ class DnsServer:
         return self.bound
 
     async def _tcp_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._conns[task] = writer
         peer = writer.get_extra_info("peername")
-        try:
-            while True:
-                hdr = await asyncio.wait_for(reader.readexactly(2), TCP_IDLE_TIMEOUT)
-                (length,) = struct.unpack("!H", hdr)
-                data = await asyncio.wait_for(reader.readexactly(length), TCP_IDLE_TIMEOUT)
-                reply = handle_query(data, self.zone, tcp=True)
-                if reply is None:
-                    break  # garbage on a stream: drop the connection
-                writer.write(struct.pack("!H", len(reply.wire)) + reply.wire)
-                await writer.drain()
-                self.note(reply, "tcp", peer)
-        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            # Shutdown. Swallowed: 3.11's start_server callback logs a cancelled handler.
-            pass
-        finally:
-            if task is not None:
-                self._conns.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        async with self.listeners.connection(writer):
+            try:
+                while True:
+                    hdr = await asyncio.wait_for(reader.readexactly(2), TCP_IDLE_TIMEOUT)
+                    (length,) = struct.unpack("!H", hdr)
+                    data = await asyncio.wait_for(reader.readexactly(length), TCP_IDLE_TIMEOUT)
+                    reply = handle_query(data, self.zone, tcp=True)
+                    if reply is None:
+                        break  # garbage on a stream: drop the connection
+                    writer.write(struct.pack("!H", len(reply.wire)) + reply.wire)
+                    await writer.drain()
+                    self.note(reply, "tcp", peer)
+            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, OSError):
+                pass
 
     async def close(self) -> None:
-        for tr in self._udp:
-            tr.close()
-        for srv in self._tcp:
-            srv.close()
-        # Handlers wait on idle reads; end them now rather than when the loop dies.
-        tasks = list(self._conns)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for srv in self._tcp:
-            with contextlib.suppress(Exception):
-                await srv.wait_closed()
-        self._udp.clear()
-        self._tcp.clear()
+        await self.listeners.close()
 
 
 def load_zone(zone_args: Iterable[str], zone_files: Iterable[str]) -> Zone:

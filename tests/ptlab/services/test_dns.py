@@ -216,6 +216,16 @@ async def test_server_udp_and_tcp_on_loopback(zone: Zone) -> None:
     assert any(e["rcode"] == "NXDOMAIN" for e in queries)
 
 
+async def test_close_ends_an_idle_tcp_connection(zone: Zone) -> None:
+    server = DnsServer(zone)
+    [(host, port)] = await server.start([("127.0.0.1", 0)])
+    reader, writer = await asyncio.open_connection(host, port)
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(server.close(), 2)  # well before TCP_IDLE_TIMEOUT
+    assert await asyncio.wait_for(reader.read(), 2) == b""
+    writer.close()
+
+
 def test_cli_bad_config_is_one_line() -> None:
     proc = subprocess.run([sys.executable, "-m", "ptlab.services.dns", "--listen", "127.0.0.1:0",
                            "--zone", "web.lab=bogus"], capture_output=True, text=True, timeout=20)
