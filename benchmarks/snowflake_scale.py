@@ -10,11 +10,15 @@ many of the M concurrent fetches completed byte-exact in the time allowed.
 
 Each run is done once per ``--per-process`` value (proxies per process: 1 is
 one ``ptlab snowflake-proxy`` per proxy, K > 1 runs :mod:`ptlab.proxypool`
-pools of K threads), in a fresh lab each, and the figures are printed side by
-side with the memory ratio.
+pools of K threads) and per ``--clients`` value, in a fresh lab each, and the
+figures are printed side by side with the memory ratio. Several client counts
+find where the machine breaks: the aggregate goodput of the byte-exact
+fetches, and the counts that show a collapse as it starts (answers the broker
+could no longer hand over because the client had given up, data channels
+that never opened, Turbo Tunnel sessions that reached the bridge).
 
 Run as root: ``.venv/bin/python benchmarks/snowflake_scale.py [--proxies 100
---clients 100 --size 200000 --timeout 120 --per-process 1 25]``.
+--clients 100 [200 ...] --size 200000 --timeout 120 --per-process 1 25]``.
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
             print(f"[{pool}/process] {clients_n} client PTs up in {time.monotonic() - t2:.0f} s")
             t3 = time.monotonic()
             results = asyncio.run(fetch_all(lab.ns("client"), endpoints, size, timeout))
-            fig["fetch_s"] = round(time.monotonic() - t3, 1)
+            elapsed = time.monotonic() - t3
+            fig["fetch_s"] = round(elapsed, 1)
             ok = [r for r in results if r.ok]
             fig["fetched"] = len(ok)
             fig["errors"] = sorted({str(r.error) for r in results if not r.ok})[:3]
@@ -161,6 +166,8 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
                           for q in tree(p.pid, kids)]
             fig["fds"] = fds(everything)
             fig["load1"] = round(os.getloadavg()[0], 1)
+            fig["goodput_mbit"] = round(len(ok) * size * 8 / 1e6 / elapsed, 1)
+            fig.update(collapse_counts(procs))
             print(f"[{pool}/process] fetches: {len(ok)} of {len(results)} byte-exact "
                   f"({size} B each) in {fig['fetch_s']:.1f} s; errors: {fig['errors']}")
             print(f"[{pool}/process] proxy RSS: {proxy_total:.0f} MiB in {len(proxy_procs)} "
@@ -170,30 +177,54 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
     return fig
 
 
-def main() -> int:
+def collapse_counts(procs: dict) -> dict[str, int]:
+    """What the broker, proxies and bridge logged of a rendezvous under strain:
+    an answer not taken means the client's offer had timed out at the broker
+    before the (starved) proxy answered, so the client will ask again."""
+    texts = {n: p.log_text() for n, p in procs.items() if n.startswith("snowflake-")}
+    proxies = "".join(t for n, t in texts.items() if n.startswith("snowflake-prox"))
+    return {"answers_not_taken": proxies.count("answer not taken"),
+            "channel_timeouts": proxies.count("timed out waiting for the data channel"),
+            "bridge_sessions": texts.get("snowflake-bridge", "").count('"event": "attach"')}
+
+
+KEYS = ["proxies", "clients", "per_process", "proxy_processes", "proxy_rss_total_mib",
+        "proxy_rss_per_proxy_mib", "fetched", "fetch_s", "goodput_mbit", "proxies_up_s",
+        "client_rss_median_mib", "snowflake-broker_rss_mib", "snowflake-bridge_rss_mib", "fds",
+        "load1", "bridge_sessions", "answers_not_taken", "channel_timeouts"]
+
+
+def positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proxies", type=int, default=100)
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--size", type=int, default=200_000)
+    ap.add_argument("--proxies", type=positive, default=100)
+    ap.add_argument("--clients", type=positive, nargs="+", default=[100],
+                    help="concurrent clients; several values, one lab each, find the break")
+    ap.add_argument("--size", type=positive, default=200_000)
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--per-process", type=int, nargs="+", default=[1, 25],
+    ap.add_argument("--per-process", type=positive, nargs="+", default=[1, 25],
                     help="proxies per process, one lab each, side by side (default: 1 25)")
-    args = ap.parse_args()
-    figs = [run_scale(args.proxies, args.clients, args.size, args.timeout, k)
-            for k in args.per_process]
-    keys = ["per_process", "proxy_processes", "proxy_rss_total_mib", "proxy_rss_per_proxy_mib",
-            "fetched", "fetch_s", "proxies_up_s", "client_rss_median_mib",
-            "snowflake-broker_rss_mib", "snowflake-bridge_rss_mib", "fds", "load1"]
-    print(f"\n{args.proxies} proxies, {args.clients} clients fetching {args.size} B at once, "
-          f"{os.cpu_count()} CPUs")
-    for k in keys:
-        print(f"{k:>26}" + "".join(f"{str(f.get(k)):>14}" for f in figs))
-    base = figs[0]
-    for f in figs[1:]:
-        ratio = f["proxy_rss_per_proxy_mib"] / base["proxy_rss_per_proxy_mib"]
-        print(f"memory per proxy, {f['per_process']}/process vs {base['per_process']}/process: "
-              f"{ratio:.3f}x; fetched {f['fetched']} vs {base['fetched']}, "
-              f"in {f['fetch_s']} s vs {base['fetch_s']} s")
+    args = ap.parse_args(argv)
+    figs = [run_scale(args.proxies, n, args.size, args.timeout, k)
+            for k in args.per_process for n in args.clients]
+    print(f"\n{args.proxies} proxies; clients fetching {args.size} B each, all at once, "
+          f"within {args.timeout:.0f} s; {os.cpu_count()} CPUs")
+    for k in KEYS:
+        print(f"{k:>26}" + "".join(f"{str(f.get(k)):>12}" for f in figs))
+    for n in args.clients:
+        same = [f for f in figs if f["clients"] == n]
+        base = same[0]
+        for f in same[1:]:
+            ratio = f["proxy_rss_per_proxy_mib"] / base["proxy_rss_per_proxy_mib"]
+            print(f"{n} clients: memory per proxy, {f['per_process']}/process vs "
+                  f"{base['per_process']}/process: {ratio:.3f}x; fetched {f['fetched']} vs "
+                  f"{base['fetched']}, in {f['fetch_s']} s vs {base['fetch_s']} s")
     return 0
 
 

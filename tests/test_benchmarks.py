@@ -30,3 +30,26 @@ def test_primitives_refuses_a_zero_count(capsys):
         load("primitives").main(["--runs", "0"])
     assert e.value.code == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.lab
+def test_snowflake_scale_sweeps_client_counts_in_the_lab(capsys):
+    """Two client counts with a proxy pool: every fetch byte-exact, the goodput and
+    the bridge's sessions counted, one column per lab."""
+    argv = ["--proxies", "2", "--clients", "1", "2", "--size", "50000", "--timeout", "60",
+            "--per-process", "2"]
+    assert load("snowflake_scale").main(argv) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+            if line.startswith(" ") and len(line.split()) == 3}
+    assert rows["clients"] == ["1", "2"] and rows["fetched"] == ["1", "2"]
+    assert rows["proxy_processes"] == ["1", "1"]  # both proxies in one pool
+    assert all(float(g) > 0 for g in rows["goodput_mbit"])
+    assert all(int(s) >= 1 for s in rows["bridge_sessions"])
+
+
+def test_snowflake_scale_refuses_a_zero_count(capsys):
+    with pytest.raises(SystemExit) as e:
+        load("snowflake_scale").main(["--clients", "0"])
+    assert e.value.code == 2
+    assert "at least 1" in capsys.readouterr().err
