@@ -46,6 +46,10 @@ def test_snowflake_scale_sweeps_client_counts_in_the_lab(capsys):
     assert rows["proxy_processes"] == ["1", "1"]  # both proxies in one pool
     assert all(float(g) > 0 for g in rows["goodput_mbit"])
     assert all(int(s) >= 1 for s in rows["bridge_sessions"])
+    # The benchmark lifts the lab rows' proxy cap for its own labs only.
+    from ptlab.plugins.snowflake import SNOWFLAKE
+
+    assert "check_options" not in vars(SNOWFLAKE) and SNOWFLAKE.max_proxies == 8
 
 
 def test_snowflake_scale_refuses_a_zero_count(capsys):

@@ -54,6 +54,10 @@ PROXY_READY = {"ptlab": r"proxy starting", "debian": r"[Pp]roxy starting"}
 class SnowflakePlugin(LabPlugin):
     """One Snowflake row; ``client`` and ``proxy`` default per registered name."""
 
+    # A spec's sanity limit on proxy nodes per row; benchmarks/snowflake_scale.py
+    # raises it for the length of its own lab.
+    max_proxies = 8
+
     def __init__(self, name: str, client: str, proxy: str, description: str) -> None:
         self.name, self.description = name, description
         self.default = {"client": client, "proxy": proxy}
@@ -75,8 +79,9 @@ class SnowflakePlugin(LabPlugin):
                 raise ValueError(f"{side}: needs {DEBIAN_BINARIES[side]}, which is not "
                                  "installed (scripts/setup)")
         proxies = options.get("proxies", 1)
-        if not isinstance(proxies, int) or isinstance(proxies, bool) or not 1 <= proxies <= 8:
-            raise ValueError("proxies must be an integer from 1 to 8")
+        top = self.max_proxies
+        if not isinstance(proxies, int) or isinstance(proxies, bool) or not 1 <= proxies <= top:
+            raise ValueError(f"proxies must be an integer from 1 to {top}")
         peers = options.get("max_peers", 1)
         if not isinstance(peers, int) or isinstance(peers, bool) or not 1 <= peers <= proxies:
             raise ValueError("max_peers must be an integer from 1 to proxies")

@@ -85,7 +85,7 @@ def collateral_share(results: list[BenignResult]) -> float:
 
 
 async def connect_in(ns: str | None, ip: str, port: int,
-                   type: int = socket.SOCK_STREAM) -> socket.socket:
+                     type: int = socket.SOCK_STREAM) -> socket.socket:
     """A socket in namespace `ns`, connected (TCP) or associated (UDP) to ip:port."""
     loop = asyncio.get_running_loop()
     sock = await asyncio.to_thread(ns_socket, ns, family_of(ip), type)
