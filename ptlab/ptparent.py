@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .events import EventLog
+from ptcommon.events import EventLog
 
 
 def _escape_option(value: str) -> str:

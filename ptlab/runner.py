@@ -31,9 +31,9 @@ from netns.lab import Lab
 from netns.process import LabProcess
 from netns.sh import require_root, require_tools
 from netns.topology import default_topology
+from ptcommon.events import parse_event_line
 
 from . import plugins
-from .events import parse_event_line
 from .labservices import LabServices
 from .plugins.base import CellContext, Service
 from .results import Row, mean_ci95

@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from .events import EventLog
+from ptcommon.events import EventLog
 
 Serve = Callable[[argparse.Namespace, EventLog, asyncio.Event], Awaitable[None]]
 

@@ -22,7 +22,7 @@ import socket
 import struct
 from collections.abc import Iterable
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError, run_service
 from ptlab.services.listeners import Listeners
 from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport

@@ -32,7 +32,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError, run_service
 from ptlab.services.listeners import Listeners
 from ptlab.services.netutil import bind_udp_tcp_pair, format_hostport, parse_hostport

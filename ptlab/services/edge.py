@@ -46,7 +46,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError, run_service
 from ptlab.services.ca import LabCA, normalize_dns_name
 from ptlab.services.web import parse_listen, server_tls_context, start_sites

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError, run_service
 from ptlab.services.payload import payload_chunks
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError
 from ptlab.services.dns import DnsServer, Zone, handle_query, load_zone
 from ptlab.services.netutil import parse_hostport

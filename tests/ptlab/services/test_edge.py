@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError
 from ptlab.services import edge
 from ptlab.services.ca import LabCA

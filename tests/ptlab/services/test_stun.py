@@ -13,7 +13,7 @@ from aioice import stun as aiostun
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.services.stun import (
     MAGIC_COOKIE,
     StunServer,

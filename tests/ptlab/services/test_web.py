@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from ptlab.events import EventLog
+from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError
 from ptlab.services import web
 from ptlab.services.ca import LabCA
