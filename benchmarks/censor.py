@@ -96,9 +96,10 @@ def corpus(n: int) -> list[bytes]:
 
 def classifier_rates(n: int = 20000) -> dict[str, float]:
     from censor_sim import packet
-    from censor_sim.detectors import NeedMore, fet, http, tls
+    from censor_sim.detectors import NeedMore, fet, http
     from censor_sim.engine import Engine
     from censor_sim.profile import load_profile
+    from ptcommon import tlshello
 
     data = corpus(n)
     rates: dict[str, float] = {}
@@ -109,9 +110,9 @@ def classifier_rates(n: int = 20000) -> dict[str, float]:
     t = time.perf_counter()
     for d in data:
         try:
-            h = tls.parse_client_hello(d)
+            h = tlshello.parse_client_hello(d)
             if h is not None:
-                tls.ja3(h), tls.ja4(h)
+                tlshello.ja3(h), tlshello.ja4(h)
         except NeedMore:
             pass
     rates["tls+ja3+ja4"] = n / (time.perf_counter() - t)

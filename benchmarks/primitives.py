@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nacl.bindings import crypto_scalarmult, crypto_secretbox  # noqa: E402
 
 from ptlab.services.payload import payload_chunks  # noqa: E402
-from transports.obfs4.elligator2 import new_keypair  # noqa: E402
+from transports.common.elligator2 import new_keypair  # noqa: E402
+from transports.common.replayfilter import ReplayFilter  # noqa: E402
 from transports.obfs4.framing import (  # noqa: E402
     KEY_LENGTH,
     MAXIMUM_FRAME_PAYLOAD_LENGTH,
@@ -43,7 +44,6 @@ from transports.obfs4.handshake import (  # noqa: E402
     parse_client_hello,
     server_response,
 )
-from transports.obfs4.replayfilter import ReplayFilter  # noqa: E402
 
 
 def best_of(runs: int, fn: Callable[[], object]) -> float:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 async def one_round(lab, out: Path, which: str, mb: int) -> float:
-    from ptlab.snowflakelab import MB, Rig, socks_open, upload_and_download
+    from tests.support.snowflakelab import MB, Rig, socks_open, upload_and_download
 
     rig = Rig(lab, out)
     try:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import signal
 import ssl
 import sys
-import time
 from fractions import Fraction
 
 from aiohttp import web
+
+from ptcommon.events import EventLog, run_until_stopped
 
 from .app import Broker, BrokerConfig, MetricsConfig
 from .bridges import BridgeListError, load
@@ -55,23 +54,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+COMPONENT = "broker"
+
+
 def _fail(msg: str) -> int:
     print(f"broker: {msg}", file=sys.stderr)
     return 2
 
 
-async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext | None) -> None:
+async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext | None,
+                stop: asyncio.Event) -> int:
     host, _, port = args.addr.rpartition(":")
     broker = Broker(cfg)
     runner = web.AppRunner(broker.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host.strip("[]") or None, int(port), ssl_context=tls).start()
-    print(json.dumps({"ts": round(time.time(), 6), "component": "broker", "event": "ready",
-                      "listen": args.addr, "tls": tls is not None}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    try:
+        await web.TCPSite(runner, host.strip("[]") or None, int(port), ssl_context=tls).start()
+    except OSError as exc:
+        await runner.cleanup()
+        return _fail(f"cannot listen on {args.addr}: {exc.strerror or exc}")
+    events = EventLog(COMPONENT)
+    events.ready(listen=args.addr, tls=tls is not None)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), args.metrics_period)
@@ -79,11 +82,10 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
             try:
                 broker.publish()
             except BudgetExceeded as exc:
-                print(json.dumps({"component": "broker", "event": "metrics_refused",
-                                  "why": str(exc)}), flush=True)
-    print(json.dumps({"ts": round(time.time(), 6), "component": "broker", "event": "stats",
-                      **broker.stats.__dict__}), flush=True)
+                events.emit("metrics_refused", why=str(exc))
+    events.emit("stats", **broker.stats.__dict__)
     await runner.cleanup()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                        unknown_proxies_unrestricted=args.unknown_proxies_unrestricted,
                        metrics=MetricsConfig(epsilon=args.metrics_epsilon,
                                              budget=2 * args.metrics_epsilon, geoip=geo))
-    try:
-        asyncio.run(serve(args, cfg, tls))
-    except OSError as exc:
-        return _fail(f"cannot listen on {args.addr}: {exc.strerror or exc}")
-    return 0
+    return run_until_stopped(COMPONENT, lambda stop: serve(args, cfg, tls, stop))
 
 
 if __name__ == "__main__":

@@ -331,10 +331,3 @@ class Broker:
     @staticmethod
     def _raw(body: bytes) -> web.Response:
         return web.Response(body=body, headers=CORS)
-
-
-def make_app(config: BrokerConfig | None = None) -> web.Application:
-    broker = Broker(config)
-    app = broker.app()
-    app["broker"] = broker
-    return app

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ptcommon.events import EventLog
+
 from . import datapath, packet
 from .actions import Verdict
 from .engine import Effects, Engine, unsupported
@@ -32,9 +34,7 @@ from .profile import Profile, ProfileError, load_profile
 COMPONENT = "censor"
 
 
-def emit(event: str, **fields: object) -> None:
-    rec = {"ts": round(time.time(), 6), "component": COMPONENT, "event": event, **fields}
-    print(json.dumps(rec, default=str), flush=True)
+emit = EventLog(COMPONENT).emit
 
 
 class LiveEffects(Effects):

@@ -276,16 +276,6 @@ def block_server(server: str, proto: int, port: int, seconds: float | None = Non
           f"{{ {server} . {proto} . {port}{timeout} }}"])
 
 
-def residual_elements() -> list[dict]:
-    out = []
-    for fam in ("4", "6"):
-        data = json.loads(_nft(["-j", "list", "set", "inet", TABLE, f"residual{fam}"]))
-        for item in data.get("nftables", []):
-            for el in (item.get("set") or {}).get("elem", []) or []:
-                out.append(el)
-    return out
-
-
 def counters() -> dict[str, dict[str, int]]:
     """Every named counter of the table: {name: {"packets": n, "bytes": n}}."""
     data = json.loads(_nft(["-j", "list", "counters", "table", "inet", TABLE]))

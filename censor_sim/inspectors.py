@@ -17,7 +17,6 @@ centres, Iran's filter only ports 53/80/443.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,9 +134,11 @@ class TlsInspector(StreamInspector):
     kind = "tls"
 
     def parse(self, stream, flow):
+        from ptcommon import tlshello
+
         from .detectors import tls
 
-        hello = tls.parse_client_hello(stream)
+        hello = tlshello.parse_client_hello(stream)
         if hello is None:
             return DONE
         ev: dict[str, Any] = {"sni": hello.sni, "alpn": hello.alpn}
@@ -148,7 +149,7 @@ class TlsInspector(StreamInspector):
                 return Match(self.name, {**ev, "matched": hit, "by": "sni"})
         ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
         if ja3s or ja4s:
-            j3, j4 = tls.ja3(hello), tls.ja4(hello, "t")
+            j3, j4 = tlshello.ja3(hello), tlshello.ja4(hello, "t")
             if j3 in ja3s or j4 in ja4s:
                 return Match(self.name, {**ev, "ja3": j3, "ja4": j4, "by": "fingerprint"})
         if self.params.get("any_tls", False):
@@ -319,5 +320,3 @@ INSPECTORS: dict[str, type[Inspector]] = {
                               QuicSniInspector, DtlsInspector, DnsInspector,
                               IranProtocolInspector, UnclassifiedInspector, MlInspector)
 }
-
-Factory = Callable[[str, dict[str, Any]], Inspector]

@@ -10,7 +10,6 @@ process in the lab's namespaces and deletes them. Cleanup after a crash is in
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -198,7 +197,3 @@ class Lab:
         lab = cls(topo, lab_id)
         lab.is_up = True
         return lab
-
-
-def default_lab_id_from_env() -> str | None:
-    return os.environ.get("PTLAB_LAB_ID") or None

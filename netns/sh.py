@@ -74,10 +74,3 @@ def run(
         detail = msg[-1] if msg else f"exit {proc.returncode}"
         raise LabError(f"'{' '.join(argv)}' failed: {detail}")
     return proc
-
-
-def ns_run(
-    ns: str, argv: Sequence[str], **kw: object
-) -> subprocess.CompletedProcess[str]:
-    """Run a command inside network namespace `ns`."""
-    return run(["ip", "netns", "exec", ns, *argv], **kw)  # type: ignore[arg-type]

@@ -104,9 +104,3 @@ def apply_egress(ns: str, dev: str, shape: Shape) -> None:
                   f"  oifname \"{dev}\" numgen random mod 10000 < {per_10k} counter drop\n"
                   " }\n}\n")
         run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=script)
-
-
-def clear_egress(ns: str, dev: str) -> None:
-    run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], check=False)
-    run(["ip", "netns", "exec", ns, "nft", "delete", "chain", "inet", SHAPE_TABLE, f"out_{dev}"],
-        check=False)

@@ -1,36 +1,73 @@
-"""Structured events as JSON lines (the process contract, ARCHITECTURE.md §3).
+"""The lab's process contract: event lines, the readiness line, and exit codes.
 
-Every long-running lab component writes one JSON object per line to stdout:
-``{"ts": ..., "component": ..., "event": ..., **fields}``. The runner captures
-stdout into the component's log and merges the event lines into
-``events.jsonl``, so components never need to know where results go.
+Every long-running lab process writes one JSON object per line to stdout:
+``{"ts": ..., "component": ..., "event": ..., **fields}`` (docs/architecture.md §3).
+The runner captures stdout into the process's log and keeps every such line in
+``events.jsonl``; a line without ``ts``, ``component`` and ``event`` is ordinary log
+text and is not kept. That is why the format lives here, once: a process that
+writes the line by hand and forgets a key loses its events silently (the meek
+server's, the bridge's and the broker's ``stats`` were lost that way).
+
+The runner knows a process is up when its ``ready`` event appears
+(:data:`READY_PATTERN`). :func:`run_until_stopped` is the ``main`` every entry point
+shares: SIGTERM and SIGINT stop it cleanly, bad configuration and a missing
+privilege become one line on stderr and exit status 2, any other OS error
+(a port already in use) exit status 1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
+
+#: The keys that make a JSON line an event.
+EVENT_KEYS = frozenset({"ts", "component", "event"})
+
+#: A regular expression that matches a process's readiness line in its log.
+READY_PATTERN = r'"event": "ready"'
+
+#: Exit statuses of :func:`run_until_stopped`.
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
+
+
+def event_line(component: str, event: str, **fields: Any) -> str:
+    """One event as its JSON line (no newline). Values JSON can't hold become strings."""
+    record = {"ts": round(time.time(), 6), "component": component, "event": event}
+    record.update(fields)
+    return json.dumps(record, default=str)
 
 
 class EventLog:
-    """Writes events for one component."""
+    """Writes the events of one component, each flushed at once (the runner and
+    ``wait_log`` read the log while the process runs)."""
 
     def __init__(self, component: str, stream: TextIO | None = None) -> None:
         self.component = component
-        self.stream = stream if stream is not None else sys.stdout
+        self._stream = stream
+
+    @property
+    def stream(self) -> TextIO:
+        # Looked up at each write, so a test's redirected sys.stdout is honoured.
+        return self._stream if self._stream is not None else sys.stdout
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"ts": round(time.time(), 6), "component": self.component, "event": event}
-        record.update(fields)
-        self.stream.write(json.dumps(record, default=str) + "\n")
+        line = event_line(self.component, event, **fields)
+        self.stream.write(line + "\n")
         self.stream.flush()
-        return record
+        return json.loads(line)
+
+    def ready(self, **fields: Any) -> dict[str, Any]:
+        """The readiness event: the process listens and can be used."""
+        return self.emit("ready", **fields)
 
 
-def parse_event_line(line: str) -> dict[str, Any] | None:
-    """The event on a log line, or None for ordinary log text."""
+def json_object(line: str) -> dict[str, Any] | None:
+    """The JSON object a log line holds, or None (text, or JSON that is no object)."""
     line = line.strip()
     if not line.startswith("{"):
         return None
@@ -38,6 +75,48 @@ def parse_event_line(line: str) -> dict[str, Any] | None:
         rec = json.loads(line)
     except ValueError:
         return None
-    if isinstance(rec, dict) and {"ts", "component", "event"} <= rec.keys():
-        return rec
-    return None
+    return rec if isinstance(rec, dict) else None
+
+
+def parse_event_line(line: str) -> dict[str, Any] | None:
+    """The event on a log line, or None for ordinary log text."""
+    rec = json_object(line)
+    return rec if rec is not None and EVENT_KEYS <= rec.keys() else None
+
+
+class ConfigError(ValueError):
+    """Bad configuration, reported in one line with exit status 2."""
+
+
+def run_until_stopped(component: str,
+                      amain: Callable[[asyncio.Event], Awaitable[int | None]],
+                      *, config_errors: tuple[type[BaseException], ...] = (),
+                      privilege_hint: str = "run as root") -> int:
+    """Run ``amain(stop)`` until it returns; SIGTERM and SIGINT set ``stop``.
+
+    Returns ``amain``'s status (0 if it returns None). :class:`ConfigError` and the
+    ``config_errors`` given become ``"<component>: bad config: ..."`` and 2; a
+    :class:`PermissionError` becomes ``"<component>: missing privilege: ..."`` and 2;
+    any other :class:`OSError` one line and 1. Nothing else is caught: a bug still
+    shows its traceback.
+    """
+
+    async def wrapped() -> int | None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return await amain(stop)
+
+    try:
+        status = asyncio.run(wrapped())
+    except (ConfigError, *config_errors) as exc:
+        print(f"{component}: bad config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except PermissionError as exc:
+        print(f"{component}: missing privilege: {exc} ({privilege_hint})", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"{component}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK if status is None else status

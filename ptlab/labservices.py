@@ -19,11 +19,13 @@ from pathlib import Path
 
 from netns.lab import Lab
 from netns.process import LabProcess
+from ptcommon.events import READY_PATTERN
 
-from .plugins.base import READY_EVENT
+from .backend import Process
 from .services.ca import LabCA
 from .services.sshd import READY_MARKER as SSHD_READY
 from .services.sshd import SshdFiles, prepare_sshd
+from .vm.layout import VmLab
 
 WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
@@ -50,12 +52,12 @@ class LabServices:
 
     ssh_port = SSH_PORT  # the benign sshd's
 
-    def __init__(self, lab: Lab, workdir: Path, ready_timeout_s: float = 20.0) -> None:
+    def __init__(self, lab: Lab | VmLab, workdir: Path, ready_timeout_s: float = 20.0) -> None:
         self.lab = lab
         self.ready_timeout_s = ready_timeout_s
         self._ready: dict[str, str] = {}
         self.dir = Path(workdir)
-        self.procs: list[LabProcess] = []
+        self.procs: list[Process] = []
         self.ca: LabCA | None = None
         self.sshd: SshdFiles | None = None
         self._roles: dict[str, str] = {}  # service name -> lab role
@@ -94,7 +96,8 @@ class LabServices:
     def python(self) -> list[str]:
         return [sys.executable, "-m"]
 
-    def launch(self, name: str, role: str, argv: list[str]) -> LabProcess:
+    def launch(self, name: str, role: str, argv: list[str]) -> Process:
+        assert isinstance(self.lab, Lab)  # the three-machine lab overrides launch
         return LabProcess(self.lab.ns(role), argv, name, self.dir / f"{name}.log").start()
 
     # --- the services ---------------------------------------------------------------
@@ -130,28 +133,29 @@ class LabServices:
         py = self.python
         specs = [
             ("web-http", "web", [*py, "ptlab.services.web", "--name", "web.lab",
-                                 *_listen(self.listen("web", WEB_HTTP))], READY_EVENT),
+                                 *_listen(self.listen("web", WEB_HTTP))], READY_PATTERN),
             ("web-https", "web", [*py, "ptlab.services.web", "--name", "web.lab",
                                   "--tls-cert", str(web_cert), "--tls-key", str(web_key),
-                                  *_listen(self.listen("web", WEB_HTTPS))], READY_EVENT),
+                                  *_listen(self.listen("web", WEB_HTTPS))], READY_PATTERN),
             ("edge", "cdn", [*py, "ptlab.services.edge", "--config", str(edge_cfg),
                              "--tls-cert", str(edge_cert), "--tls-key", str(edge_key),
-                             *_listen(self.listen("cdn", EDGE_HTTPS))], READY_EVENT),
+                             *_listen(self.listen("cdn", EDGE_HTTPS))], READY_PATTERN),
             ("dns", "svc", [*py, "ptlab.services.dns", "--zone-file", str(zone_file),
-                            *_listen(self.listen("svc", DNS_PORT))], READY_EVENT),
+                            *_listen(self.listen("svc", DNS_PORT))], READY_PATTERN),
             ("stun", "svc", [*py, "ptlab.services.stun", *_listen(self.listen("svc", STUN_PORT))],
-             READY_EVENT),
+             READY_PATTERN),
             ("benign", "web", [*py, "ptlab.services.benign",
                                *_flag("--binary-listen", self.listen("web", BINARY_PORT)),
-                               *_flag("--udp-listen", self.listen("web", UDP_PORT))], READY_EVENT),
+                               *_flag("--udp-listen", self.listen("web", UDP_PORT))],
+             READY_PATTERN),
             ("sshd", "web", list(self.sshd.argv), SSHD_READY),
         ]
         if self.isp_servers:
             specs += [
                 ("isp-web", "isp", [*py, "ptlab.services.web", "--name", "isp.lab",
-                                    "--listen", f"{ISP_SERVER}:{WEB_HTTP}"], READY_EVENT),
+                                    "--listen", f"{ISP_SERVER}:{WEB_HTTP}"], READY_PATTERN),
                 ("isp-benign", "isp", [*py, "ptlab.services.benign", "--binary-listen",
-                                       f"{ISP_SERVER}:{BINARY_PORT}"], READY_EVENT),
+                                       f"{ISP_SERVER}:{BINARY_PORT}"], READY_PATTERN),
             ]
         return specs
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import signal
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from netns.nsenter import NETNS_DIR, enter_namespace
+from ptcommon.events import EventLog
 from transports.snowflake.proxy import ProxyConfig, SnowflakeProxy
 from transports.snowflake.proxy_cli import config_from_args
 from transports.snowflake.proxy_cli import parse_args as proxy_args
@@ -40,9 +40,7 @@ from transports.snowflake.udpports import PortRange, PortRangeEventLoop
 log = logging.getLogger("snowflake-proxy")
 
 
-def _emit(event: str, **fields: object) -> None:
-    print(json.dumps({"ts": time.time(), "component": "snowflake-proxypool", "event": event,
-                      **fields}), flush=True)
+_emit = EventLog("snowflake-proxypool").emit
 
 
 def source_address(url: str) -> str:

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
-from .base import ClientFactory, ServerFactory, Streams, Transport
+from .base import BOTH_ROLES, ClientFactory, ServerFactory, Streams, Transport
 
 
 class DirectClient:
@@ -19,11 +19,16 @@ class DirectClient:
 
 
 class DirectServer:
+    def smethod_args(self) -> dict[str, str]:
+        return {}
+
     async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
         return reader, writer
 
 
 class Direct(Transport):
+    roles = BOTH_ROLES
+
     def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
         return DirectClient()
 

@@ -13,22 +13,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import signal
-import sys
 import time
 from pathlib import Path
 
+from ptcommon.events import EventLog, run_until_stopped
+
 from . import base
-from .hostport import split_hostport
+from .common.hostport import split_hostport
+from .common.relay import relay
 from .pt import socks5
-from .relay import relay
 
 
 def _emit(component: str, event: str, **fields: object) -> None:
-    rec = {"ts": round(time.time(), 6), "component": component, "event": event, **fields}
-    print(json.dumps(rec, default=str), flush=True)
-
+    EventLog(component).emit(event, **fields)
 
 
 async def run_client(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -76,6 +73,9 @@ async def run_server(args: argparse.Namespace, stop: asyncio.Event) -> None:
     comp = f"{args.transport}-server"
     state = Path(args.state) if args.state else None
     factory = transport.server_factory(state, dict(a.split("=", 1) for a in args.arg))
+    if not isinstance(factory, base.StreamServerFactory):
+        raise base.TransportError(f"{args.transport}: its server listens itself; run its own "
+                          "server module, not the generic lab server")
     up_host, up_port = split_hostport(args.upstream)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -121,26 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--state", help="state directory")
     s.add_argument("--arg", action="append", default=[], help="server option KEY=VALUE")
     args = p.parse_args(argv)
-
-    async def amain() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await (run_client if args.role == "client" else run_server)(args, stop)
-
-    try:
-        asyncio.run(amain())
-    except (base.TransportError, ValueError) as exc:
-        print(f"transports: bad config: {exc}", file=sys.stderr)
-        return 2
-    except PermissionError as exc:
-        print(f"transports: missing privilege: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"transports: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    run = run_client if args.role == "client" else run_server
+    return run_until_stopped(f"{args.transport}-{args.role}", lambda stop: run(args, stop),
+                             config_errors=(base.TransportError, ValueError))
 
 
 if __name__ == "__main__":

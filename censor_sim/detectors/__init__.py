@@ -6,10 +6,8 @@ actions according to the profile's policy. Nothing here imports ``transports``:
 the censor only sees the wire.
 """
 
+# The stream parsers' "not yet" signal is ptcommon's class itself, not a copy:
+# the TLS parser there raises it and the engine catches it here.
+from ptcommon.tlshello import NeedMore
 
-class NeedMore(Exception):  # noqa: N818 - a signal, not an error
-    """The bytes so far are a valid prefix of what the detector parses; feed more.
-
-    A modern TLS ClientHello (with post-quantum key shares) spans two TCP
-    segments, so a parser must be able to say "not yet" instead of "no".
-    """
+__all__ = ["NeedMore"]

@@ -4,7 +4,7 @@ Why this exists: WebRTC transports (Snowflake) speak DTLS, and censors have bloc
 them on a few bytes of the plaintext handshake. The rules below are modelled from the
 public reports (``/work/shared/protocols/censors.md`` §4.3); the parser lets tests and
 the censor engine check where those bytes really sit, and gives JA3/JA4 code
-(``censor_sim.detectors.tls``) the same attributes a TLS ClientHello has.
+(``ptcommon.tlshello``) the same attributes a TLS ClientHello has.
 
 Wire formats: RFC 6347 §4.1 (DTLS 1.2 record: type, version, epoch, 48-bit sequence
 number, length; 13 bytes) and §4.2.2 (handshake header: type, length, message_seq,
@@ -261,7 +261,7 @@ def parse_handshake_messages(payload: bytes) -> list[HandshakeMessage] | None:
 class _Extensions:
     """Typed views of hello extensions, shared by ClientHello and ServerHello.
 
-    Names and types follow the TLS ClientHello in ``censor_sim.detectors.tls`` so that
+    Names and types follow the TLS ClientHello in ``ptcommon.tlshello`` so that
     ``ja3``/``ja4`` can be applied to a DTLS hello unchanged. A malformed extension
     body reads as absent (``None`` / empty list), never as an exception.
     """

@@ -28,6 +28,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
+from ptcommon import tlshello
+
 from . import tls
 
 V1 = 0x00000001
@@ -96,8 +98,8 @@ class QuicInitial:
         return bytes(out)
 
     @property
-    def client_hello(self) -> tls.ClientHello | None:
-        return tls.parse_client_hello_message(self.crypto)
+    def client_hello(self) -> tlshello.ClientHello | None:
+        return tlshello.parse_client_hello_message(self.crypto)
 
     @property
     def sni(self) -> str | None:
@@ -234,7 +236,7 @@ def gfw2024_sni(datagram: bytes) -> str | None:
             data = plain[p:p + n] if n else plain[p:].rstrip(b"\x00")
             crypto += data
             pos = p + len(data)
-            hello = tls.parse_client_hello_message(bytes(crypto))
+            hello = tlshello.parse_client_hello_message(bytes(crypto))
             if hello is not None:
                 return hello.sni
     except ValueError:

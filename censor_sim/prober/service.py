@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
+
+from ptcommon.events import EventLog
 
 from . import alice
 from .observe import run_suite
@@ -35,9 +36,7 @@ from .trees import Timing, label
 MAX_LINE = 1 << 20
 
 
-def _emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"ts": round(time.time(), 6), "component": "prober", "event": event,
-                      **fields}, default=str), flush=True)
+_emit = EventLog("prober").emit
 
 
 async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, Any]:

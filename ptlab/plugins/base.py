@@ -19,8 +19,9 @@ from typing import Any
 
 from netns.lab import Lab
 from netns.topology import Topology
+from ptcommon.events import READY_PATTERN
 
-READY_EVENT = r'"event": "ready"'
+from ..vm.layout import VmLab
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Service:
     name: str
     role: str
     argv: list[str]
-    ready: str = READY_EVENT
+    ready: str = READY_PATTERN
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 15.0
 
@@ -50,7 +51,7 @@ class Endpoint:
 class CellContext:
     """What a plugin may use to build its processes for one cell."""
 
-    lab: Lab
+    lab: Lab | VmLab  # the namespace lab, or the three machines (vm_ready plugins only)
     workdir: Path  # state directories and config files for this cell
     options: dict[str, Any]  # the spec's [transports.<name>] table
     seed: int

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from netns.topology import Topology
+from transports.common.elligator2 import new_keypair, public_key_from_private
 from transports.conjure.wrapping import PREFIXES
-from transports.obfs4.elligator2 import new_keypair, public_key_from_private
 
 from ..labservices import (
     CONJURE_EDGE_NAME,

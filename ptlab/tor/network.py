@@ -176,15 +176,3 @@ def stop_shared(lab: Lab) -> None:
         net = _SHARED.pop(lab.id, None)
     if net is not None:
         net.stop()
-
-
-def wait_bootstrapped(proc: LabProcess, timeout_s: float) -> float:
-    """Seconds until `proc` (a tor) logs ``Bootstrapped 100%``; LabError on timeout."""
-    t0 = time.monotonic()
-    try:
-        proc.wait_log(r"Bootstrapped 100%", timeout_s)
-    except LabError as exc:
-        done = BOOTSTRAPPED.findall(proc.log_text())
-        raise LabError(f"{proc.name} did not bootstrap within {timeout_s:.0f} s "
-                       f"(last: {done[-1] if done else 0}%)") from exc
-    return time.monotonic() - t0

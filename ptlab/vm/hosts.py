@@ -26,17 +26,7 @@ from netns.errors import LabError
 from netns.process import LabProcess, wait_for_log
 from netns.sh import run as run_local
 
-
-class Proc(Protocol):
-    """A long-running process on some machine (LabProcess has this shape)."""
-
-    name: str
-    argv: list[str]
-
-    def running(self) -> bool: ...
-    def stop(self, timeout: float = 3.0) -> int | None: ...
-    def log_text(self, this_run_only: bool = False) -> str: ...
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> None: ...
+from ..backend import Process
 
 
 class Host(Protocol):
@@ -46,7 +36,7 @@ class Host(Protocol):
     def run(self, argv: list[str], check: bool = True,
             timeout: float = 60.0) -> subprocess.CompletedProcess[str]: ...
     def spawn(self, argv: list[str], name: str, log: Path,
-              env: dict[str, str] | None = None) -> Proc: ...
+              env: dict[str, str] | None = None) -> Process: ...
     def push(self, path: Path) -> None: ...
     def pull(self, path: Path) -> None: ...
 
@@ -62,7 +52,7 @@ class NamespaceHost:
         return run_local(["ip", "netns", "exec", self.ns, *argv], check=check, timeout=timeout)
 
     def spawn(self, argv: list[str], name: str, log: Path,
-              env: dict[str, str] | None = None) -> Proc:
+              env: dict[str, str] | None = None) -> Process:
         return LabProcess(self.ns, argv, name, log, env=env).start()
 
     def push(self, path: Path) -> None:
@@ -129,7 +119,7 @@ class SshHost:
                                            p.stderr.decode(errors="replace"))
 
     def spawn(self, argv: list[str], name: str, log: Path,
-              env: dict[str, str] | None = None) -> Proc:
+              env: dict[str, str] | None = None) -> Process:
         out = self._ssh(self.command(argv, env, background_log=log)).stdout.decode().split()
         if not out or not out[-1].isdigit():
             raise LabError(f"could not start {name} on {self.name}: no PID came back")

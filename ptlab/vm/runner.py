@@ -5,8 +5,10 @@ every process starts on the machine its role belongs to (:mod:`ptlab.vm.layout`)
 through a :class:`~ptlab.vm.hosts.Host`, the censor is ``ptlab censor`` on the
 censor machine's real interfaces (found by address), and the client's
 measurement runs on the client machine (``python -m ptlab.workloads.cell``).
-The matrix, baselines, expectations and every line that turns what was seen
-into a row are the namespace lab's own, so rows from the two are comparable.
+:class:`VmBackend` implements the same :class:`~ptlab.backend.LabBackend` as the
+namespace lab; the matrix, baselines, expectations and every line that turns
+what was seen into a row (:mod:`ptlab.scoring`) are shared, so rows from the two
+are comparable.
 
 What the layout cannot carry yet is refused before anything starts: plugins
 that need nodes other than client and bridge (meek's edge origin, Snowflake's
@@ -26,12 +28,13 @@ from censor_sim import profile as profiles
 from netns.errors import LabError
 
 from .. import plugins
+from ..backend import CellRun, LabBackend, Process
 from ..labservices import LabServices
-from ..plugins.base import CellContext, Service
-from ..runner import CellRun, LabRunner
+from ..plugins.base import CellContext, Endpoint, Service
+from ..runner import LabRunner
 from ..spec import Spec, SpecError
 from ..workloads.cell import CellPlan, Measurement, config_dict
-from .hosts import Host, Proc
+from .hosts import Host
 from .layout import MACHINES, PREFIXLEN, SERVER_ROLE_ADDRESSES, VmLab, machine_of
 
 
@@ -85,7 +88,7 @@ class VmServices(LabServices):
     ssh_port = 2222
 
     def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host]) -> None:
-        super().__init__(vlab, workdir)  # type: ignore[arg-type]
+        super().__init__(vlab, workdir)
         self.hosts = hosts
 
     def roles(self) -> list[str]:
@@ -114,21 +117,24 @@ class VmServices(LabServices):
             host.push(self.dir)
         return specs
 
-    def launch(self, name: str, role: str, argv: list[str]) -> Proc:  # type: ignore[override]
+    def launch(self, name: str, role: str, argv: list[str]) -> Process:
         return self.hosts[machine_of(role)].spawn(argv, name, self.dir / f"{name}.log")
 
 
-class VmRunner(LabRunner):
-    """Runs a spec's cells across three machines. `work` is the run's directory,
-    the same absolute path on every machine (the results directory, for namespaces)."""
+class VmBackend(LabBackend):
+    """Cells across three machines. `work` is the run's directory, the same absolute
+    path on every machine (the results directory, for namespaces)."""
 
     def __init__(self, spec: Spec, out_dir: Path, machines: Machines, work: Path | None = None,
-                 capture: bool = True, log=print, label: str = "three machines") -> None:
-        super().__init__(spec, out_dir, capture=capture, log=log)
+                 label: str = "three machines") -> None:
+        self.spec = spec
+        self.out = Path(out_dir)
         self.machines = machines
         self.vlab = VmLab()
         self.work = Path(work) if work else self.out
         self.hosts: dict[str, Host] = {}
+        self.services: VmServices | None = None
+        self.rtt_ms: float | None = None
         self.censor_ifaces: tuple[str, str] | None = None
         self.gso: dict[str, str] = {}  # machine -> its lab interface
         self.label = label
@@ -138,38 +144,28 @@ class VmRunner(LabRunner):
 
     # --- machines ---------------------------------------------------------------
 
-    def start(self) -> VmRunner:
+    def start(self) -> None:
         check_spec(self.spec)
-        for name, opts in self.spec.transports.items():
-            try:
-                plugins.get(name).check_options(opts)
-            except (KeyError, ValueError) as exc:
-                raise SpecError(f"transports.{name}: {exc}") from None
-        self.out.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(parents=True, exist_ok=True)
         self.machines.up()
-        try:
-            self.hosts = self.machines.hosts
-            servers = self.hosts["servers"]
-            dev = device_of(servers, MACHINES["servers"].nets[0][1])
-            for a in SERVER_ROLE_ADDRESSES.values():
-                servers.run(["ip", "addr", "replace", f"{a}/{PREFIXLEN}", "dev", dev])
-            censor = self.hosts["censor"]
-            self.censor_ifaces = (device_of(censor, self.vlab.inside),
-                                  device_of(censor, self.vlab.outside))
-            self.gso = {"client": device_of(self.hosts["client"], self.vlab.addr("client")),
-                        "servers": dev}
-            self.services = VmServices(self.vlab, self.work / "lab", self.hosts).start()
-            self.rtt_ms = self._measure_rtt()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self.hosts = self.machines.hosts
+        servers = self.hosts["servers"]
+        dev = device_of(servers, MACHINES["servers"].nets[0][1])
+        for a in SERVER_ROLE_ADDRESSES.values():
+            servers.run(["ip", "addr", "replace", f"{a}/{PREFIXLEN}", "dev", dev])
+        censor = self.hosts["censor"]
+        self.censor_ifaces = (device_of(censor, self.vlab.inside),
+                              device_of(censor, self.vlab.outside))
+        self.gso = {"client": device_of(self.hosts["client"], self.vlab.addr("client")),
+                    "servers": dev}
+        self.services = VmServices(self.vlab, self.work / "lab", self.hosts).start()
+        self.rtt_ms = self.measure_rtt()
 
-    def stop(self) -> None:
+    def stop(self) -> list[tuple[str, list[Process]]]:
+        keep: list[tuple[str, list[Process]]] = []
         if self.services:
             self.services.stop()
-            self._collect_events("lab", self.services.procs)
+            keep.append(("lab", list(self.services.procs)))
             self._bring_home(self.services.dir)
             self.services = None
         servers = self.hosts.get("servers")
@@ -184,97 +180,97 @@ class VmRunner(LabRunner):
         self.machines.down()
         if self.work != self.out:
             shutil.rmtree(self.work, ignore_errors=True)
+        return keep
 
     def _bring_home(self, path: Path) -> None:
         """Pull a directory from every machine, and copy it into the results."""
-        self._gather(path)
+        self.gather(path)
         if self.work != self.out and path.is_dir():
             dest = self.out / path.relative_to(self.work)
             shutil.copytree(path, dest, dirs_exist_ok=True)
 
     # --- cells ------------------------------------------------------------------
 
-    def _context(self, transport: str, cell_dir: Path) -> CellContext:
+    def context(self, transport: str, options: dict[str, Any], seed: int,
+                cell_dir: Path) -> CellContext:
         assert self.services
-        opts = self.spec.transports.get(transport, {})
-        return CellContext(self.vlab, cell_dir, opts, self.spec.seed,  # type: ignore[arg-type]
-                           self.services.upstream,
+        return CellContext(self.vlab, cell_dir, options, seed, self.services.upstream,
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,
                            lab_dir=self.services.dir, python=self.hosts["servers"].python)
 
-    def _share(self, path: Path) -> None:
+    def share(self, path: Path) -> None:
         for host in self.hosts.values():
             host.push(path)
 
-    def _gather(self, path: Path) -> None:
+    def gather(self, path: Path) -> None:
         for host in self.hosts.values():
             host.pull(path)
 
-    def _gather_cell(self, run: CellRun, cell_dir: Path) -> None:
+    def gather_cell(self, run: CellRun, cell_dir: Path) -> None:
         self._bring_home(cell_dir)
         if run.captures:
             self._bring_home(self.work / "pcaps")
 
-    def _start(self, run: CellRun, svc: Service, cell_dir: Path):  # type: ignore[override]
+    def start_process(self, run: CellRun, svc: Service, cell_dir: Path) -> Process:
         host = self.hosts[machine_of(svc.role)]
         p = host.spawn(svc.argv, svc.name, cell_dir / f"{svc.name}.log", env=svc.env)
-        run.procs.append(p)  # type: ignore[arg-type]
+        run.procs.append(p)
         p.wait_log(svc.ready, svc.ready_timeout_s)
         return p
 
-    def _start_captures(self, run: CellRun) -> None:
+    def start_captures(self, run: CellRun) -> None:
         assert self.censor_ifaces
         pdir = self.work / "pcaps"
         pdir.mkdir(exist_ok=True)
-        self._share(pdir)
+        self.share(pdir)
         for peer, dev in zip(("client", "inet"), self.censor_ifaces, strict=True):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
             run.pcaps.append(pcap)
             p = self.hosts["censor"].spawn(
                 ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", "256", "-U", "-w",
                  str(pcap)], f"tcpdump-{peer}", pcap.with_suffix(".log"))
-            run.captures.append(p)  # type: ignore[arg-type]
+            run.captures.append(p)
             p.wait_log(r"listening on", 5.0)
 
-    def _start_censor(self, run: CellRun, profile_name: str, overrides: dict[str, Any],
-                      cell_dir: Path):  # type: ignore[override]
+    def start_censor(self, run: CellRun, profile: profiles.Profile, overrides: dict[str, Any],
+                     seed: int, cell_dir: Path) -> Process:
         """``ptlab censor`` on the censor machine's two lab interfaces (no prober:
         check_spec refused probing profiles)."""
         assert self.censor_ifaces
-        _, over = self._censor_overrides(run, profile_name, overrides)
         inside, outside = self.censor_ifaces
-        argv = [self.hosts["censor"].python, "-m", "ptlab", "censor", "--profile", profile_name,
-                "--inside", inside, "--outside", outside, "--seed", str(self.spec.seed),
-                "--set", json.dumps(over)]
-        return self._start(run, Service("censor", "censor", argv), cell_dir)
+        argv = [self.hosts["censor"].python, "-m", "ptlab", "censor", "--profile", profile.name,
+                "--inside", inside, "--outside", outside, "--seed", str(seed),
+                "--set", json.dumps(overrides)]
+        return self.start_process(run, Service("censor", "censor", argv), cell_dir)
 
-    def _role_addresses(self, role: str) -> list[str]:
+    def role_addresses(self, role: str) -> list[str]:
         try:
             return self.vlab.addresses(role)
         except LabError as exc:
             raise profiles.ProfileError(f"role:{role}: {exc}") from None
 
-    def _wire_sized_segments(self, run: CellRun) -> None:
+    def wire_sized_segments(self, run: CellRun) -> None:
         for machine, dev in self.gso.items():
-            self._exec(machine, ["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
+            self.exec(machine, ["ip", "link", "set", "dev", dev, "gso_max_segs", "1"])
             run.gso_limited.append((machine, dev))
 
-    def _exec(self, role: str, argv: list[str], check: bool = True):
+    def exec(self, role: str, argv: list[str], check: bool = True) -> Any:
         """Run a short command on the machine of `role` (or on the machine so named)."""
         host = self.hosts[role] if role in self.hosts else self.hosts[machine_of(role)]
         return host.run(argv, check=check)
 
-    def _addr(self, role: str) -> str:
+    def addr(self, role: str) -> str:
         return self.vlab.addr(role)
 
-    async def _measure(self, endpoint, plan: CellPlan) -> Measurement:
+    async def measure(self, endpoint: Endpoint | None, plan: CellPlan,
+                      cell_dir: Path) -> Measurement:
         """Measure on the client machine: ``python -m ptlab.workloads.cell``."""
-        assert self.services and self.services.sshd and self.cell_dir
-        cfg = self.cell_dir / "workload.json"
+        assert self.services and self.services.sshd
+        cfg = cell_dir / "workload.json"
         cfg.write_text(json.dumps(config_dict(endpoint, plan, self.services.benign_targets(),
                                               self.services.sshd.directory)))
         client = self.hosts["client"]
-        client.push(self.cell_dir)
+        client.push(cell_dir)
         budget = (plan.bootstrap_s + plan.repetitions * plan.bulk_timeout_s
                   + plan.benign_timeout_s + 4.0 * plan.latency_count + 60.0)
         proc = await asyncio.to_thread(client.run, [client.python, "-m", "ptlab.workloads.cell",
@@ -289,3 +285,11 @@ class VmRunner(LabRunner):
         except ValueError as exc:
             raise LabError(f"the client machine's measurement: {exc}") from None
 
+
+class VmRunner(LabRunner):
+    """The runner on three machines: :class:`LabRunner` with a :class:`VmBackend`."""
+
+    def __init__(self, spec: Spec, out_dir: Path, machines: Machines, work: Path | None = None,
+                 capture: bool = True, log=print, label: str = "three machines") -> None:
+        super().__init__(spec, out_dir, capture=capture, log=log,
+                         backend=VmBackend(spec, out_dir, machines, work, label))

@@ -20,7 +20,6 @@ from .hosts import SshHost
 from .layout import MACHINES
 
 REPO = Path(__file__).resolve().parent.parent.parent
-PROVIDERS = ("libvirt", "virtualbox")
 
 
 def vagrant(args: list[str], root: Path = REPO, capture: bool = True,

@@ -17,7 +17,8 @@ import json
 import time
 from pathlib import Path
 
-from transports.hostport import split_hostport
+from ptcommon.events import EventLog
+from transports.common.hostport import split_hostport
 from transports.pt import socks5
 
 from ..services.payload import expected_sha256
@@ -50,19 +51,20 @@ async def fetch_once(socks: tuple[str, int], target: tuple[str, int], args: dict
                 writer.close()
     except (OSError, TimeoutError, HTTPError, socks5.SocksError,
             asyncio.IncompleteReadError) as exc:
-        return {"event": "fetch", "ok": False, "bytes": got, "error": f"{type(exc).__name__}: "
-                f"{exc}", "seconds": round(time.monotonic() - t0, 3)}
+        return {"ok": False, "bytes": got, "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.monotonic() - t0, 3)}
     ok = h.hexdigest() == expected_sha256(size, seed)
-    return {"event": "fetch", "ok": ok, "bytes": got, "seconds": round(time.monotonic() - t0, 3),
+    return {"ok": ok, "bytes": got, "seconds": round(time.monotonic() - t0, 3),
             **({} if ok else {"error": "INTEGRITY FAILURE: sha256 mismatch"})}
 
 
 async def run(args: argparse.Namespace) -> int:
+    events = EventLog("fetchloop")
     info_path = Path(args.info)
     deadline = time.monotonic() + args.wait
     while not info_path.exists():
         if time.monotonic() > deadline:
-            print(json.dumps({"event": "error", "error": f"no {info_path} after {args.wait} s"}))
+            events.emit("error", error=f"no {info_path} after {args.wait} s")
             return 1
         await asyncio.sleep(0.5)
     info = json.loads(info_path.read_text())
@@ -70,8 +72,8 @@ async def run(args: argparse.Namespace) -> int:
     target = split_hostport(args.target)
     bridge_args = dict(a.split("=", 1) for a in args.arg)
     for i in range(args.count if args.count > 0 else 1 << 62):
-        print(json.dumps(await fetch_once(socks, target, bridge_args, args.size, i,
-                                          args.timeout)), flush=True)
+        events.emit("fetch", **await fetch_once(socks, target, bridge_args, args.size, i,
+                                               args.timeout))
         await asyncio.sleep(args.every)
     return 0
 

@@ -84,8 +84,8 @@ def _toy_in(ns: str, addr: str, port: int, threshold: int | None):
     """A :class:`ToyServer` listening inside the lab namespace ``ns``."""
     import socket
 
-    from censor_sim.prober.toyserver import ToyServer
     from netns.nsenter import ns_socket
+    from tests.support.toyserver import ToyServer
 
     sock = ns_socket(ns)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from censor_sim.detectors.quic_vectors import TABLE3, build_initial
+from tests.support.quic_vectors import TABLE3, build_initial
 
 pytestmark = pytest.mark.lab
 

@@ -36,7 +36,8 @@ import pytest
 from censor_sim.prober.observe import ProbeResult, run_suite
 from censor_sim.prober.probes import Probe, frolov_suite, replay_probe
 from censor_sim.prober.verdict import looks_like, summarize
-from transports.obfs4.elligator2 import new_keypair
+from tests.support.echo import start_echo_server
+from transports.common.elligator2 import new_keypair
 from transports.obfs4.handshake import ClientHandshake
 from transports.obfs4.statefile import parse_cert
 from transports.scramblesuit.framing import FLAG_NEW_TICKET, Decoder, session_keys
@@ -155,16 +156,9 @@ async def stop(bridge: Bridge) -> None:
 
 @contextlib.asynccontextmanager
 async def echo_orport() -> AsyncIterator[int]:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server, port = await start_echo_server()
     try:
-        yield server.sockets[0].getsockname()[1]
+        yield port
     finally:
         server.close()
 

@@ -1,5 +1,5 @@
 """Snowflake end to end in the lab, with Debian's 2.5.1 binaries in either slot
-(the rig: :mod:`ptlab.snowflakelab`). Bytes are checked with SHA-256 both ways.
+(the rig: :mod:`tests.support.snowflakelab`). Bytes are checked with SHA-256 both ways.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ptlab.snowflakelab import (
+from tests.support.snowflakelab import (
     MB,
     Rig,
     our_args,

@@ -9,63 +9,28 @@ from pathlib import Path
 import pytest
 
 from ptlab.report import main, render_report
-from ptlab.results import Results, Row, write_results
+from ptlab.results import Results, write_results
+from tests.support.rows import blocked_row, error_row, reachable_row, results_of
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 def make_results(latency: bool = True) -> Results:
-    samples = [20.0, 22.0, 25.0] if latency else []
     rows = [
-        Row(
-            transport="obfs4",
-            censor="none",
-            status="reachable",
-            repetitions=3,
-            goodput_mbps=42.0,
-            goodput_ci95=(40.0, 44.0),
-            goodput_samples=[41.0, 42.0, 43.0],
-            latency_ms=22.0 if latency else None,
-            latency_samples=samples,
-            collateral=0.0,
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=True,
-        ),
-        Row(
-            transport="obfs4",
-            censor="gfw-2015",
-            status="blocked",
-            detector="fet",
-            action="rst",
-            collateral=0.25,
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=False,
-        ),
-        Row(
-            transport="meek<script>",
-            censor="none",
-            status="ERROR",
-            error="baseline failed: <bridge> not ready",
-            rtt_ms=20.0,
-        ),
+        reachable_row(latency_ms=22.0 if latency else None, latency_ci95=None,
+                      latency_samples=[20.0, 22.0, 25.0] if latency else []),
+        blocked_row(censor="gfw-2015", action="rst", collateral=0.25),
+        error_row(transport="meek<script>", error="baseline failed: <bridge> not ready",
+                  rtt_ms=20.0),
     ]
-    return Results(
-        started="2024-01-01T00:00:00+00:00",
-        finished="2024-01-01T00:05:00+00:00",
-        spec_path="experiments/default.toml",
-        spec={},
-        provenance={
-            "git_sha": SHA,
-            "git_dirty": False,
-            "kernel": "6.1.0-test",
-            "peers": {"obfs4proxy": "obfs4proxy-0.0.14", "tor": "not installed"},
-            "seeds": {"run": 7},
-            "profiles": {"censor_sim/profiles/gfw.toml": "ab" * 32},
-        },
-        rows=rows,
-    )
+    return results_of(rows, spec={}, provenance={
+        "git_sha": SHA,
+        "git_dirty": False,
+        "kernel": "6.1.0-test",
+        "peers": {"obfs4proxy": "obfs4proxy-0.0.14", "tor": "not installed"},
+        "seeds": {"run": 7},
+        "profiles": {"censor_sim/profiles/gfw.toml": "ab" * 32},
+    })
 
 
 def _pngs(html: str) -> list[bytes]:

@@ -24,58 +24,22 @@ from ptlab.results import (
     provenance,
     write_results,
 )
+from tests.support.rows import blocked_row, error_row, reachable_row, results_of
 
 
 def sample_results() -> Results:
     rows = [
-        Row(
-            transport="obfs4",
-            censor="none",
-            status="reachable",
-            repetitions=3,
-            bootstrap_s=0.8,
-            goodput_mbps=42.0,
-            goodput_ci95=(40.0, 44.0),
-            goodput_samples=[41.0, 42.0, 43.0],
-            latency_ms=21.5,
-            latency_ci95=(20.0, 23.0),
-            latency_samples=[20.0, 21.5, 23.0],
-            probes_sent=2,
-            probe_verdicts={"benign": 2},
-            benign_total=10,
-            benign_blocked=0,
-            collateral=0.0,
-            benign_detail={"https": {"ok": 10, "blocked": 0}},
-            censor_cpu_per_flow_ms=0.12,
-            censor_counters={"flows": 12},
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=True,
-            notes=['a, note with "quotes"'],
-        ),
-        Row(
-            transport="obfs4",
-            censor="gfw",
-            status="blocked",
-            repetitions=3,
-            bytes_before_block=1234,
-            detector="fet",
-            time_to_detection_s=0.05,
-            action="rst",
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=False,
-        ),
-        Row(transport="meek", censor="none", status="ERROR", error="bridge not ready"),
+        reachable_row(bootstrap_s=0.8, probes_sent=2, probe_verdicts={"benign": 2},
+                      benign_total=10, benign_blocked=0,
+                      benign_detail={"https": {"ok": 10, "blocked": 0}},
+                      censor_cpu_per_flow_ms=0.12, censor_counters={"flows": 12},
+                      notes=['a, note with "quotes"']),
+        blocked_row(repetitions=3, bytes_before_block=1234, time_to_detection_s=0.05,
+                    action="rst"),
+        error_row(),
     ]
-    return Results(
-        started="2024-01-01T00:00:00+00:00",
-        finished="2024-01-01T00:05:00+00:00",
-        spec_path="experiments/default.toml",
-        spec={"seed": 7, "transports": ["obfs4", "meek"]},
-        provenance={"git_sha": "abc123", "seeds": {"run": 7}},
-        rows=rows,
-    )
+    return results_of(rows, spec={"seed": 7, "transports": ["obfs4", "meek"]},
+                      provenance={"git_sha": "abc123", "seeds": {"run": 7}})
 
 
 # --- mean_ci95 -------------------------------------------------------------------------------

@@ -7,36 +7,15 @@ import io
 from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress
 
-from ptlab.results import Results, Row
+from ptlab.results import Results
 from ptlab.terminal import print_results, progress, results_table
+from tests.support.rows import blocked_row, error_row, reachable_row
 
 
 def make_results() -> Results:
-    rows = [
-        Row(
-            transport="obfs4",
-            censor="none",
-            status="reachable",
-            goodput_mbps=42.0,
-            goodput_ci95=(40.0, 44.0),
-            latency_ms=21.5,
-            collateral=0.0,
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=True,
-        ),
-        Row(
-            transport="obfs4",
-            censor="gfw[bold]",
-            status="blocked",
-            detector="fet",
-            collateral=0.125,
-            rtt_ms=20.0,
-            expectation="reachable",
-            expectation_met=False,
-        ),
-        Row(transport="meek", censor="none", status="ERROR", error="bridge not ready"),
-    ]
+    rows = [reachable_row(goodput_samples=[], latency_ci95=None, latency_samples=[]),
+            blocked_row(censor="gfw[bold]", collateral=0.125),
+            error_row()]
     return Results(started="a", finished="b", spec_path="x.toml", rows=rows)
 
 

@@ -23,13 +23,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from transports.base import Streams, Transport, TransportError
-from transports.fronting import FrontingError, fronted
-from transports.httpbody import read_limited
+from transports.common.fronting import FrontingError, fronted
+from transports.common.httpbody import read_limited
 from transports.obfs4.transport import Obfs4ClientFactory
 from transports.pt.messages import format_addr
 
@@ -157,13 +156,14 @@ class ConjureClientFactory:
 
 @dataclass(frozen=True)
 class Conjure(Transport):
+    """Client only: the server side is the station
+    (``python -m transports.conjure.station``), which no PT server runs."""
+
+    roles = frozenset({"client"})
+
     def client_factory(self, state_dir: Path | None,
                        args: Mapping[str, str]) -> ConjureClientFactory:
         return ConjureClientFactory(ConjureArgs.parse(args))
-
-    def server_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> Any:
-        raise TransportError("conjure: the station is the server side "
-                             "(python -m transports.conjure.station)")
 
 
 TRANSPORT = Conjure("conjure")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from transports.obfs4.elligator2 import Keypair
+from transports.common.elligator2 import Keypair
 from transports.obfs4.handshake import ServerKey
 
 from . import signalling as sig

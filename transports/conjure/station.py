@@ -24,24 +24,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import os
 import random
-import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 
+from ptcommon.events import EventLog, run_until_stopped
 from transports.base import TransportError
-from transports.hostport import split_hostport
-from transports.obfs4.replayfilter import ReplayFilter
+from transports.common.hostport import split_hostport
+from transports.common.relay import relay
+from transports.common.replayfilter import ReplayFilter
 from transports.obfs4.transport import Obfs4ServerFactory
-from transports.relay import relay
 
 from .phantom import PhantomConfig, SubnetGroup
 from .registration import MAX_REGISTRATION, Registration, RegistrationError, Registry
@@ -242,10 +240,8 @@ def covert_blocklist(station_addrs: set[str]) -> Callable[[str], bool]:
 _RFC1918 = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
 
 
-async def serve(args) -> int:
-    def event(name: str, **fields: object) -> None:
-        print(json.dumps({"ts": round(time.time(), 6), "component": "conjure-station",
-                          "event": name, **fields}), flush=True)
+async def serve(args, stop: asyncio.Event) -> int:
+    event = EventLog("conjure-station").emit
 
     listen = split_hostport(args.listen)
     listen6 = split_hostport(args.listen6) if args.listen6 else None
@@ -277,10 +273,6 @@ async def serve(args) -> int:
     await runner.setup()
     await web.TCPSite(runner, *split_hostport(args.registrar)).start()
     event("ready", listen=args.listen, registrar=args.registrar, phantoms=subnets)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SWEEP_S)
@@ -317,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         SubnetGroup.parse(1, args.phantoms.split(","))
     except ValueError as exc:
         p.error(str(exc))
-    return asyncio.run(serve(args))
+    return run_until_stopped("conjure-station", lambda stop: serve(args, stop))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from typing import Protocol
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from nacl.bindings import crypto_scalarmult
 
-from transports.obfs4.elligator2 import new_keypair, representative_to_public
+from transports.common.elligator2 import new_keypair, representative_to_public
 from transports.obfs4.handshake import (
     MAX_HANDSHAKE_LENGTH,
     HandshakeError,

@@ -40,10 +40,16 @@ from urllib.parse import urlsplit
 import aiohttp
 import aiohttp.abc
 
-from transports.base import Streams, Transport, TransportError
-from transports.fronting import FrontingError, fronted
-from transports.httpbody import read_limited
-from transports.pipes import spawn, stream_pair
+from transports.base import (
+    BOTH_ROLES,
+    ListeningServerFactory,
+    Streams,
+    Transport,
+    TransportError,
+)
+from transports.common.fronting import FrontingError, fronted
+from transports.common.httpbody import read_limited
+from transports.common.pipes import spawn, stream_pair
 
 MAX_PAYLOAD = 0x10000
 INIT_POLL_S, MAX_POLL_S, POLL_MULTIPLIER = 0.100, 5.0, 1.5
@@ -305,11 +311,14 @@ class MeekClientFactory:
 class Meek(Transport):
     """Registered as ``meek`` and ``meek_lite`` (the name obfs4proxy's bridge lines use)."""
 
+    roles = BOTH_ROLES
+
     def client_factory(self, state_dir: Path | None,
                        args: Mapping[str, str]) -> MeekClientFactory:
         return MeekClientFactory(MeekArgs.parse(args))
 
-    def server_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> Any:
+    def server_factory(self, state_dir: Path | None,
+                       args: Mapping[str, str]) -> ListeningServerFactory:
         from .server import MeekServerFactory, config_from_options
 
         try:

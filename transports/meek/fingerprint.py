@@ -14,8 +14,7 @@ import argparse
 import asyncio
 import contextlib
 
-from censor_sim.detectors import NeedMore
-from censor_sim.detectors.tls import ClientHello, ja3, ja4, parse_client_hello
+from ptcommon.tlshello import ClientHello, NeedMore, ja3, ja4, parse_client_hello
 
 from .client import MeekArgs, round_tripper
 

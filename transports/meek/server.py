@@ -31,17 +31,19 @@ import contextlib
 import ipaddress
 import logging
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from transports import weblisten
-from transports.hostport import split_hostport
-from transports.pipes import spawn, stream_pair
+from ptcommon.events import EventLog, run_until_stopped
+from transports.common import weblisten
+from transports.common.hostport import split_hostport
+from transports.common.pipes import spawn, stream_pair
+from transports.common.weblisten import Listening
 from transports.pt.messages import format_addr
-from transports.weblisten import Listening
 
 log = logging.getLogger(__name__)
 
@@ -333,25 +335,18 @@ class MeekServerFactory:
 
 
 async def _serve_forever(listen_addr: tuple[str, int], dest: tuple[str, int],
-                         cfg: MeekConfig, tls: ssl.SSLContext | None) -> int:
-    import json
-    import signal
-    import sys
-
+                         cfg: MeekConfig, tls: ssl.SSLContext | None,
+                         stop: asyncio.Event) -> int:
+    events = EventLog("meek-server")
     server = MeekServer(cfg, dial_tcp(*dest))
     try:
         listening = await listen(server, *listen_addr, tls)
     except OSError as exc:
         print(f"meek server: cannot listen on {listen_addr}: {exc}", file=sys.stderr)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(json.dumps({"event": "ready", "listen": f"{listening.host}:{listening.port}",
-                      "tls": tls is not None}), flush=True)
+    events.ready(listen=f"{listening.host}:{listening.port}", tls=tls is not None)
     await stop.wait()
-    print(json.dumps({"event": "stats", **vars(server.stats)}), flush=True)
+    events.emit("stats", **vars(server.stats))
     await listening.aclose()
     return 0
 
@@ -381,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         listen_addr, dest = split_hostport(args.listen), split_hostport(args.dest)
     except (ValueError, OSError, ssl.SSLError) as exc:
         p.error(str(exc))
-    return asyncio.run(_serve_forever(listen_addr, dest, cfg, tls))
+    return run_until_stopped("meek-server",
+                             lambda stop: _serve_forever(listen_addr, dest, cfg, tls, stop))
 
 
 if __name__ == "__main__":

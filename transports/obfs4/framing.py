@@ -23,7 +23,7 @@ A frame on the wire::
 * The nonce is ``prefix(16) | counter(8, big-endian)``; the counter starts at 1,
   is never sent, and counting past 2**64 - 1 is fatal.
 * ``mask`` is the first two bytes (read big-endian) of the next block of that
-  direction's cumulative-SipHash :class:`~transports.obfs4.drbg.HashDrbg`.
+  direction's cumulative-SipHash :class:`~transports.common.drbg.HashDrbg`.
 * A decoded length outside [16, 1446] is not reported at once: like Go (Bider's
   countermeasure to length-oracle attacks) the decoder picks a random valid
   length, waits for that many bytes, and only then fails, as a tag mismatch.
@@ -48,7 +48,7 @@ from typing import Any, Final
 from nacl.bindings import crypto_secretbox_easy, crypto_secretbox_open_easy
 from nacl.exceptions import CryptoError
 
-from transports.obfs4.drbg import SEED_LENGTH, HashDrbg
+from transports.common.drbg import SEED_LENGTH, HashDrbg
 
 try:  # The fast path: libsodium itself, through PyNaCl's cffi module.
     from nacl._sodium import ffi as _ffi

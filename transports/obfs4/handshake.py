@@ -36,14 +36,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from transports.obfs4 import ntor
-from transports.obfs4.elligator2 import (
+from transports.common import ntor
+from transports.common.elligator2 import (
     REPRESENTATIVE_LENGTH,
     Keypair,
     new_keypair,
     representative_to_public,
 )
-from transports.obfs4.replayfilter import ReplayFilter
+from transports.common.replayfilter import ReplayFilter
 
 MARK_LENGTH = 16
 MAC_LENGTH = 16

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from transports.obfs4.drbg import SEED_LENGTH
+from transports.common.drbg import SEED_LENGTH
 from transports.obfs4.framing import (
     FRAME_OVERHEAD,
     MAXIMUM_FRAME_PAYLOAD_LENGTH,
@@ -43,7 +43,6 @@ MAX_PACKET_PAYLOAD_LENGTH: Final = MAXIMUM_FRAME_PAYLOAD_LENGTH - PACKET_OVERHEA
 MAX_PACKET_PADDING_LENGTH: Final = MAX_PACKET_PAYLOAD_LENGTH
 SEED_PACKET_PAYLOAD_LENGTH: Final = SEED_LENGTH  # 24
 HEADER_LENGTH: Final = FRAME_OVERHEAD + PACKET_OVERHEAD  # 21 wire bytes around a payload
-CONSUME_READ_SIZE: Final = MAXIMUM_SEGMENT_LENGTH * 16  # obfs4proxy's socket read size
 
 PACKET_TYPE_PAYLOAD: Final = 0x00
 PACKET_TYPE_PRNG_SEED: Final = 0x01

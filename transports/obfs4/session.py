@@ -39,9 +39,9 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
+from ..common.probdist import WeightedDist, iat_seed
 from .framing import MAXIMUM_SEGMENT_LENGTH, Decoder, Encoder, FramingError
 from .packet import PacketDecoder, PacketEncoder, burst_pad_length
-from .probdist import WeightedDist, iat_seed
 
 IAT_NONE, IAT_ENABLED, IAT_PARANOID = 0, 1, 2
 MAX_IAT_DELAY = 100  # samples are in units of 100 µs: at most 10 ms

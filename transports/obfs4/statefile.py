@@ -38,9 +38,9 @@ from typing import Final, NamedTuple
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from transports.obfs4.drbg import SEED_LENGTH, DrbgSeed
+from transports.common.drbg import SEED_LENGTH, DrbgSeed
+from transports.common.probdist import WeightedDist
 from transports.obfs4.framing import MAXIMUM_SEGMENT_LENGTH
-from transports.obfs4.probdist import WeightedDist
 
 STATE_FILE: Final = "obfs4_state.json"
 BRIDGE_FILE: Final = "obfs4_bridgeline.txt"

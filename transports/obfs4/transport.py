@@ -28,10 +28,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..base import ClientFactory, ServerFactory, Streams, Transport, TransportError
-from ..silence import Gatekeeper, ServerPolicy
-from .drbg import DrbgSeed
-from .elligator2 import Keypair, new_keypair, public_key_from_private
+from ..base import (
+    BOTH_ROLES,
+    ClientFactory,
+    Streams,
+    StreamServerFactory,
+    Transport,
+    TransportError,
+)
+from ..common.drbg import DrbgSeed
+from ..common.elligator2 import Keypair, new_keypair, public_key_from_private
+from ..common.ntor import derive_session_keys
+from ..common.replayfilter import ReplayFilter
+from ..common.silence import Gatekeeper, ServerPolicy
 from .framing import Decoder, Encoder
 from .handshake import (
     MAX_HANDSHAKE_LENGTH,
@@ -41,9 +50,7 @@ from .handshake import (
     parse_client_hello,
     server_response,
 )
-from .ntor import derive_session_keys
 from .packet import PacketEncoder
-from .replayfilter import ReplayFilter
 from .session import Shaping, attach
 from .statefile import ClientArgs, ServerState, load_or_create
 
@@ -258,6 +265,7 @@ class Obfs4ServerFactory:
 
 
 class Obfs4(Transport):
+    roles = BOTH_ROLES
     """obfs4, registered as ``obfs4``."""
 
     def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
@@ -269,7 +277,8 @@ class Obfs4(Transport):
         return Obfs4ClientFactory(parsed.node_id, parsed.public_key, parsed.iat_mode,
                                   first_segment=first_segment)
 
-    def server_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ServerFactory:
+    def server_factory(self, state_dir: Path | None,
+                       args: Mapping[str, str]) -> StreamServerFactory:
         if state_dir is None:
             raise TransportError("obfs4 server needs a state directory")
         iat = args.get("iat-mode")

@@ -29,17 +29,20 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from .. import base
-from ..relay import relay
+from ..common.relay import relay
 from . import environment, extorport, messages, socks5
 from .environment import ClientConfig, PTEnvError, ServerConfig
 
 SOCKS_TIMEOUT = 5.0  # the spec's limit on SOCKS negotiation
 PARENT_POLL = 1.0
 DEFAULT_BINDADDR = ("0.0.0.0", 0)  # no BINDADDR: a bridge is there to be reached
+
+Closable = asyncio.Server | base.Listening
+"""What the PT layer stops on shutdown: its own listeners, or a transport's."""
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -122,7 +125,7 @@ class Lifetime:
                     self._idle.set()
         return tracked
 
-    async def wait(self, servers: list[asyncio.Server]) -> None:
+    async def wait(self, servers: list[Closable]) -> None:
         """Block until told to stop, then stop as asked."""
         await _first(self.now.wait(), self.drain.wait())
         for s in servers:
@@ -158,10 +161,23 @@ def _lookup(name: str) -> base.Transport | None:
         return None
 
 
-def _has_role(transport: base.Transport, role: str) -> bool:
-    """Whether the transport overrides ``<role>_factory`` (a client-only one does not)."""
-    method = f"{role}_factory"
-    return getattr(type(transport), method) is not getattr(base.Transport, method)
+def _offered(names: list[str], role: base.Role,
+             refuse: Callable[[str, str], None]) -> Iterator[tuple[str, base.Transport]]:
+    """The transports tor asked for that we have in ``role``.
+
+    Malformed and unknown names are passed over (the spec says to ignore them);
+    a known transport without that role is refused with its ``*METHOD-ERROR``.
+    """
+    for name in names:
+        if not environment.is_transport_name(name):
+            continue
+        transport = _lookup(name)
+        if transport is None:
+            continue
+        if not transport.has_role(role):
+            refuse(name, f"{role} not supported")
+            continue
+        yield name, transport
 
 
 async def _relay(name: str, a: base.Streams, b: base.Streams) -> None:
@@ -235,15 +251,7 @@ async def start_client(cfg: ClientConfig, life: Lifetime) -> list[asyncio.Server
         messages.proxy_error(f"{cfg.proxy.scheme} upstream proxies are not supported")
         return None
     servers = []
-    for name in cfg.transports:
-        if not environment.is_transport_name(name):
-            continue
-        transport = _lookup(name)
-        if transport is None:
-            continue
-        if not _has_role(transport, "client"):
-            messages.cmethod_error(name, "client not supported")
-            continue
+    for name, transport in _offered(cfg.transports, "client", messages.cmethod_error):
         handler = life.track(_socks_handler(name, transport, cfg.state_location))
         try:
             server = await asyncio.start_server(handler, "127.0.0.1", 0)
@@ -276,7 +284,8 @@ async def _hand_to_tor(name: str, cfg: ServerConfig, inner: base.Streams,
     await _relay(name, inner, upstream)
 
 
-def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -> Handler:
+def _orport_handler(name: str, factory: base.StreamServerFactory,
+                    cfg: ServerConfig) -> Handler:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client_addr = messages.format_addr(peer[0], peer[1]) if peer else "0.0.0.0:0"
@@ -292,48 +301,41 @@ def _orport_handler(name: str, factory: base.ServerFactory, cfg: ServerConfig) -
 
 
 async def _start_one_server(name: str, transport: base.Transport, cfg: ServerConfig,
-                            life: Lifetime) -> asyncio.Server | None:
+                            life: Lifetime) -> Closable | None:
     try:
         factory = transport.server_factory(cfg.state_location, cfg.options.get(name, {}))
-        get_args = getattr(factory, "smethod_args", None)
-        args = dict(get_args()) if callable(get_args) else {}
+        args = dict(factory.smethod_args())
         messages.format_smethod(name, "0.0.0.0", 0, args)  # validate ARGS before listening
     except Exception as exc:  # bad options, unreadable state, ...: report, keep the others
         messages.smethod_error(name, str(exc) or repr(exc))
         return None
     host, port = cfg.bindaddrs.get(name, DEFAULT_BINDADDR)
     try:
-        listen = getattr(factory, "listen", None)
-        if listen is not None:
-            # A transport with its own listener (Snowflake's WebSocket bridge)
-            # hands over each inner stream with the client address it learned.
+        if isinstance(factory, base.ListeningServerFactory):
+            # A transport with its own listener (meek's HTTP server, Snowflake's
+            # WebSocket bridge) hands over each inner stream with the client
+            # address it learned.
             async def handoff(inner: base.Streams, client_addr: str) -> None:
                 await _hand_to_tor(name, cfg, inner, client_addr)
-            server = await listen(host, port, handoff)
+            listening = await factory.listen(host, port, handoff)
+            server: Closable = listening
+            bound_host, bound_port = listening.host, listening.port
         else:
-            server = await asyncio.start_server(
+            accepting = await asyncio.start_server(
                 life.track(_orport_handler(name, factory, cfg)), host, port)
+            server = accepting
+            bound_host, bound_port = accepting.sockets[0].getsockname()[:2]
     except OSError as exc:
         messages.smethod_error(name, f"cannot listen on {messages.format_addr(host, port)}: {exc}")
         return None
-    bound_host, bound_port = (server.sockets[0].getsockname()[:2] if listen is None
-                              else (server.host, server.port))
     messages.smethod(name, bound_host, bound_port, args)
     return server
 
 
-async def start_server(cfg: ServerConfig, life: Lifetime) -> list[asyncio.Server]:
+async def start_server(cfg: ServerConfig, life: Lifetime) -> list[Closable]:
     """Announce SMETHODs."""
     servers = []
-    for name in cfg.transports:
-        if not environment.is_transport_name(name):
-            continue
-        transport = _lookup(name)
-        if transport is None:
-            continue
-        if not _has_role(transport, "server"):
-            messages.smethod_error(name, "server not supported")
-            continue
+    for name, transport in _offered(cfg.transports, "server", messages.smethod_error):
         server = await _start_one_server(name, transport, cfg, life)
         if server is not None:
             servers.append(server)

@@ -4,7 +4,7 @@ and (optionally) the gaps between its packets.
 The seed (32 bytes; sent to the client in a PRNG-seed frame, which then shapes
 its own bursts the same way) seeds obfs4's weighted distribution over 21-1448
 bytes, biased, exactly as obfs4proxy's ScrambleSuit client builds it from its
-first 24 bytes: the same DRBG and the same table, reused from the obfs4 package.
+first 24 bytes: the same DRBG and the same table (:mod:`transports.common.probdist`).
 Each burst is padded so its last segment has a sampled length.
 
 Timing (``iat-mode=1``, ours; obfs4proxy's ScrambleSuit client has no timing
@@ -15,7 +15,7 @@ obfs4's iat-mode 1 does.
 
 from __future__ import annotations
 
-from transports.obfs4.probdist import WeightedDist, iat_seed
+from transports.common.probdist import WeightedDist, iat_seed
 
 from .framing import MAX_SEGMENT, OVERHEAD
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transports.base import Streams, Transport, TransportError
-from transports.pipes import spawn, stream_pair
+from transports.base import BOTH_ROLES, Streams, Transport, TransportError
+from transports.common.pipes import spawn, stream_pair
+from transports.common.silence import Gatekeeper, ServerPolicy
 from transports.pt.messages import format_addr
-from transports.silence import Gatekeeper, ServerPolicy
 
 from .framing import (
     FLAG_NEW_TICKET,
@@ -323,6 +323,8 @@ def load_or_create_secret(state_dir: Path) -> bytes:
 
 @dataclass(frozen=True)
 class ScrambleSuit(Transport):
+    roles = BOTH_ROLES
+
     def client_factory(self, state_dir: Path | None,
                        args: Mapping[str, str]) -> ScrambleSuitClientFactory:
         if PASSWORD_ARG not in args:

@@ -30,7 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transports.base import ClientFactory, Streams, Transport, TransportError
+from transports.base import (
+    BOTH_ROLES,
+    ClientFactory,
+    ListeningServerFactory,
+    Streams,
+    Transport,
+    TransportError,
+)
 
 from . import messages as m
 from .carriers import SNOWFLAKE_TIMEOUT_S, DataChannelCarrier
@@ -228,11 +235,13 @@ class SnowflakeClientFactory:
 @dataclass(frozen=True)
 class Snowflake(Transport):
     name: str = "snowflake"
+    roles = BOTH_ROLES
 
     def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
         return SnowflakeClientFactory(config_from_args(args))
 
-    def server_factory(self, state_dir: Path | None, args: Mapping[str, str]):
+    def server_factory(self, state_dir: Path | None,
+                       args: Mapping[str, str]) -> ListeningServerFactory:
         from .server import server_factory_from_args
 
         return server_factory_from_args(dict(args))

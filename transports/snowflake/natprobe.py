@@ -22,19 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
-import signal
 import ssl
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from transports.httpbody import read_limited
+from ptcommon.events import EventLog, run_until_stopped
+from transports.common.httpbody import read_limited
 
 from . import messages as m
 from .sdputil import strip_local_candidates
@@ -173,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     service = ProbeService([s.strip() for s in args.stun.split(",") if s.strip()],
                            args.keep_local_addresses)
-    return asyncio.run(_serve(service, host.strip("[]") or None, int(port), tls, args.addr))
+    return run_until_stopped("natprobe", lambda stop: _serve(
+        service, host.strip("[]") or None, int(port), tls, args.addr, stop))
 
 
 async def _serve(service: ProbeService, host: str | None, port: int,
-                 tls: ssl.SSLContext | None, addr: str) -> int:
+                 tls: ssl.SSLContext | None, addr: str, stop: asyncio.Event) -> int:
     runner = web.AppRunner(service.app(), access_log=None)
     await runner.setup()
     try:
@@ -186,15 +185,10 @@ async def _serve(service: ProbeService, host: str | None, port: int,
         print(f"natprobe: cannot listen on {addr}: {exc}", file=sys.stderr)
         await runner.cleanup()
         return 2
-    print(json.dumps({"ts": round(time.time(), 6), "component": "natprobe", "event": "ready",
-                      "listen": addr, "tls": tls is not None}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    events = EventLog("natprobe")
+    events.ready(listen=addr, tls=tls is not None)
     await stop.wait()
-    print(json.dumps({"ts": round(time.time(), 6), "component": "natprobe", "event": "stats",
-                      "probes": service.probes, "opened": service.opened}), flush=True)
+    events.emit("stats", probes=service.probes, opened=service.opened)
     await runner.cleanup()
     return 0
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from transports.httpbody import read_limited
+from transports.common.httpbody import read_limited
 
 from . import messages as m
 from .datachannel import ChannelSender

@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,11 +31,12 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
-from transports import weblisten
-from transports.hostport import split_hostport
+from ptcommon.events import EventLog, run_until_stopped
+from transports.common import weblisten
+from transports.common.hostport import split_hostport
+from transports.common.relay import relay
+from transports.common.weblisten import Listening
 from transports.pt import extorport
-from transports.relay import relay
-from transports.weblisten import Listening
 
 from .turbotunnel import TOKEN, encapsulation, smux
 from .turbotunnel.clientmap import (
@@ -288,11 +290,8 @@ def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFact
 
 
 
-async def _serve_forever(args) -> int:
-    import json
-    import signal
-    import sys
-
+async def _serve_forever(args, stop: asyncio.Event) -> int:
+    events = EventLog("snowflake-bridge")
     ctx = None
     if args.cert:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -306,19 +305,11 @@ async def _serve_forever(args) -> int:
     except OSError as exc:
         print(f"snowflake bridge: cannot listen on {args.listen}: {exc}", file=sys.stderr)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-    def event(name: str, **fields: object) -> None:
-        print(json.dumps({"event": name, **fields}), flush=True)
-
-    bridge.on_attach = lambda cs, peer: event(
+    bridge.on_attach = lambda cs, peer: events.emit(
         "attach", client_id=cs.client_id.hex(), client_ip=cs.client_ip, proxy=peer)
-    event("ready", listen=f"{listening.host}:{listening.port}")
+    events.ready(listen=f"{listening.host}:{listening.port}")
     await stop.wait()
-    event("stats", **vars(bridge.stats))
+    events.emit("stats", **vars(bridge.stats))
     await listening.aclose()
     return 0
 
@@ -343,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         split_hostport(args.listen), split_hostport(args.dest)
     except ValueError as exc:
         p.error(str(exc))
-    return asyncio.run(_serve_forever(args))
+    return run_until_stopped("snowflake-bridge", lambda stop: _serve_forever(args, stop))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from censor_sim.detectors import quic
-from censor_sim.detectors import quic_vectors as qv
+from tests.support import quic_vectors as qv
 
 BLOCK = ["blocked.lab"]
 

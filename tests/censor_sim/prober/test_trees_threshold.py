@@ -7,8 +7,8 @@ import pytest
 from censor_sim.prober.observe import run_suite
 from censor_sim.prober.probes import frolov_suite
 from censor_sim.prober.threshold import find_threshold
-from censor_sim.prober.toyserver import ToyServer
 from censor_sim.prober.trees import Timing, label
+from tests.support.toyserver import ToyServer
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 
-from censor_sim.detectors.tls import ja3, ja4
+from ptcommon.tlshello import ja3, ja4
 from ptlab import plugins
+from tests.support.events import components, kept_count
 from transports.meek.fingerprint import capture_client_hellos
 
 needs_obfs4proxy = pytest.mark.skipif(shutil.which("obfs4proxy") is None,
@@ -35,9 +36,12 @@ MB20 = 20_000_000
 def test_our_client_moves_20_mb_byte_exact_through_the_edge(lab, row_name):
     """The bulk workload checks the SHA-256 of what arrived (an integrity failure is an
     ERROR row, not reachable)."""
+    before = kept_count(lab.out_dir)
     row = run(lab, row_name, "none", bulk_size=MB20)
     assert row.status == "reachable", row.error
     assert row.goodput_mbps and row.goodput_mbps > 0
+    # The server's session counters reach events.jsonl (they once lacked ts/component).
+    assert {"ready", "stats"} <= components(lab.out_dir, since=before)["meek-server"]
 
 
 @pytest.mark.lab

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from ptlab import plugins
+from tests.support.events import components, kept_count
 
 needs_debian = pytest.mark.skipif(
     not (shutil.which("snowflake-proxy") and shutil.which("snowflake-client")),
@@ -36,8 +37,15 @@ def test_fronting_hides_the_broker_name_from_an_sni_blocklist(lab):
     says front.lab and whose Host header says snowflake.lab, gets through."""
     sni_block = {"detectors": {"tls": {"sni": ["snowflake.lab"]}},
                  "actions": {"residual": {"seconds": [2]}}}
+    before = kept_count(lab.out_dir)
     fronted = run(lab, "snowflake", "sni-blocklist", overrides=sni_block, rendezvous="fronted")
     assert fronted.status == "reachable", fronted.error
+    # The bridge's and the broker's counters reach events.jsonl (they once lacked
+    # ts/component and were dropped), as do the censor's.
+    seen = components(lab.out_dir, since=before)
+    assert {"ready", "stats"} <= seen["snowflake-bridge"]
+    assert {"ready", "stats"} <= seen["broker"]
+    assert "ready" in seen["censor"]
     # Our proxies asked the lab's NAT probe service, which reached them.
     cell = lab.out_dir / "cells" / "snowflake__sni-blocklist"
     assert "NAT type: unrestricted" in (cell / "snowflake-proxy0.log").read_text()

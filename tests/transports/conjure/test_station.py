@@ -10,7 +10,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.support.echo import start_echo_server
 from transports.base import TransportError
+from transports.common.elligator2 import new_keypair
 from transports.conjure.phantom import (
     PhantomConfig,
     SubnetGroup,
@@ -21,20 +23,9 @@ from transports.conjure.phantom import (
 from transports.conjure.registration import Registry, build_registration, new_secret
 from transports.conjure.station import Station, covert_blocklist
 from transports.conjure.wrapping import min_tag, prefix_hello
-from transports.obfs4.elligator2 import new_keypair
 from transports.obfs4.transport import Obfs4ClientFactory
 
 CONFIG = PhantomConfig([SubnetGroup.parse(1, ["198.19.200.128/25"])])
-
-
-async def echo_server():
-    async def echo(reader, writer):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-    server = await asyncio.start_server(echo, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
 
 
 STATION_KEY = new_keypair()
@@ -68,7 +59,7 @@ async def post(registrar, body, xff=None):
 
 
 async def test_a_registered_min_connection_reaches_the_covert_destination():
-    echo, echo_port = await echo_server()
+    echo, echo_port = await start_echo_server()
     secret = new_secret()
     phantom = str(select_phantom(derive_keys(secret).seed, CONFIG, False).address)
     station, app, registrar = await station_with(lambda: (phantom, 443))
@@ -92,7 +83,7 @@ async def test_a_registered_min_connection_reaches_the_covert_destination():
 
 
 async def test_a_prefix_connection_reaches_the_covert_destination():
-    echo, echo_port = await echo_server()
+    echo, echo_port = await start_echo_server()
     secret = new_secret()
     phantom = str(select_phantom(derive_keys(secret).seed, CONFIG, False).address)
     station, app, registrar = await station_with(lambda: (phantom, 22))
@@ -115,7 +106,7 @@ async def test_a_prefix_connection_reaches_the_covert_destination():
 async def test_an_obfs4_connection_with_the_registrations_own_identity():
     """The station finds the client's obfs4 mark under the registration's derived key,
     then obfs4's server completes the handshake and the stream reaches the covert host."""
-    echo, echo_port = await echo_server()
+    echo, echo_port = await start_echo_server()
     secret = new_secret()
     keys = derive_keys(secret)
     phantom = str(select_phantom(keys.seed, CONFIG, False).address)
@@ -144,7 +135,7 @@ async def test_an_obfs4_connection_with_the_registrations_own_identity():
 
 
 async def test_wrong_tags_and_unregistered_phantoms_get_silence_until_the_deadline():
-    echo, echo_port = await echo_server()
+    echo, echo_port = await start_echo_server()
     secret = new_secret()
     phantom = str(select_phantom(derive_keys(secret).seed, CONFIG, False).address)
     targets = iter([(phantom, 443), ("198.19.200.200", 443)])

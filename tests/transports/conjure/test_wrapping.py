@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transports.common.elligator2 import new_keypair
 from transports.conjure.wrapping import (
     NEED_MORE,
     PREFIXES,
@@ -18,7 +19,6 @@ from transports.conjure.wrapping import (
     prefix_tag,
     reveal_prefix_tag,
 )
-from transports.obfs4.elligator2 import new_keypair
 
 STATION = new_keypair()
 

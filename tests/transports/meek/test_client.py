@@ -10,6 +10,7 @@ import os
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.support.echo import echo
 from transports.base import TransportError
 from transports.meek.client import (
     INIT_POLL_S,
@@ -184,12 +185,6 @@ def test_bad_arguments_are_named(args, msg):
 @pytest.mark.parametrize("tls", ["python", "chrome"])
 async def test_byte_exact_both_ways_against_our_server(tls):
     """2 MB up and down at once through our client and server (HTTP, loopback)."""
-    async def echo(reader, writer):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
     upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
     server = MeekServer(MeekConfig(), dial_tcp("127.0.0.1", upstream.sockets[0].getsockname()[1]))
     ts = TestServer(server.app, host="127.0.0.1")

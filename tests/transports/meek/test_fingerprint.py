@@ -4,7 +4,7 @@ changes from connection to connection."""
 
 from __future__ import annotations
 
-from censor_sim.detectors.tls import EXT_SNI, ja3, ja4
+from ptcommon.tlshello import EXT_SNI, ja3, ja4
 from transports.meek.fingerprint import capture_client_hellos
 
 

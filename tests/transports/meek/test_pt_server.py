@@ -14,15 +14,13 @@ import pytest
 ptadapter = pytest.importorskip("ptadapter")
 
 from ptlab.services.ca import LabCA  # noqa: E402
+from tests.support.echo import echo  # noqa: E402
 
 
 async def echo_orport(seen: asyncio.Queue):
     async def on_connection(r, w, info):
         await seen.put(info)
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-        w.close()
+        await echo(r, w)
     return on_connection
 
 

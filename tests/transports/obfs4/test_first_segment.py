@@ -23,8 +23,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.echo import echo
 from transports.base import TransportError
-from transports.obfs4.elligator2 import Keypair, public_key_from_private
+from transports.common.elligator2 import Keypair, public_key_from_private
 from transports.obfs4.handshake import ServerKey
 from transports.obfs4.statefile import ServerState, encode_cert
 from transports.obfs4.transport import (
@@ -98,11 +99,7 @@ class Bridge:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.socks.append(writer.get_extra_info("socket"))
         try:
-            inner_r, inner_w = await self.factory.wrap(reader, writer)
-            while data := await inner_r.read(65536):
-                inner_w.write(data)
-                await inner_w.drain()
-            inner_w.close()
+            await echo(*await self.factory.wrap(reader, writer))
         except (TransportError, ConnectionError) as exc:
             self.errors.append(exc)
             writer.close()

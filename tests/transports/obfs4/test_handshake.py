@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from nacl.secret import SecretBox
 from siphash24 import siphash24
 
-from transports.obfs4 import ntor
-from transports.obfs4.elligator2 import Keypair, new_keypair
+from transports.common import ntor
+from transports.common.elligator2 import Keypair, new_keypair
+from transports.common.replayfilter import ReplayFilter
 from transports.obfs4.handshake import (
     CLIENT_MAX_PAD_LENGTH,
     CLIENT_MIN_PAD_LENGTH,
@@ -40,7 +41,6 @@ from transports.obfs4.handshake import (
     parse_client_hello,
     server_response,
 )
-from transports.obfs4.replayfilter import ReplayFilter
 
 NOW = 1_700_000_000.0
 HOUR = 3600

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from tests.support.echo import echo
 from transports.obfs4.statefile import load_or_create
 from transports.pt import socks5
 
@@ -29,12 +30,6 @@ def wait_ready(proc: subprocess.Popen) -> dict:
 
 
 async def test_direct_use_client_and_server(tmp_path):
-    async def echo(r, w):
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-        w.close()
-
     upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
     up_port = upstream.sockets[0].getsockname()[1]
     bridge, socks_port = free_port(), free_port()

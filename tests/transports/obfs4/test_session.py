@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from transports.base import TransportError
-from transports.obfs4.elligator2 import Keypair, new_keypair, public_key_from_private
+from transports.common.elligator2 import Keypair, new_keypair, public_key_from_private
+from transports.common.ntor import derive_session_keys
+from transports.common.probdist import WeightedDist, iat_seed
+from transports.common.relay import relay
+from transports.common.replayfilter import ReplayFilter
 from transports.obfs4.framing import Decoder, Encoder
 from transports.obfs4.handshake import (
     ClientHandshake,
@@ -31,19 +35,15 @@ from transports.obfs4.handshake import (
     parse_client_hello,
     server_response,
 )
-from transports.obfs4.ntor import derive_session_keys
 from transports.obfs4.packet import (
     PACKET_TYPE_PRNG_SEED,
     PacketDecoder,
     PacketEncoder,
     make_packet,
 )
-from transports.obfs4.probdist import WeightedDist, iat_seed
-from transports.obfs4.replayfilter import ReplayFilter
 from transports.obfs4.session import MAX_IAT_DELAY, Obfs4Protocol
 from transports.obfs4.statefile import ServerState
 from transports.obfs4.transport import Obfs4ClientFactory, Obfs4ServerFactory, ServerPolicy
-from transports.relay import relay
 
 MSS = 1448
 
@@ -446,7 +446,7 @@ async def test_tampered_stream_between_our_client_and_server_ends_cleanly(loop_e
     """An on-path bit flip after the handshake: both ends hang up, nothing escapes.
 
     The server side relays the session to an upstream exactly as ``python -m
-    transports.pt`` does (``transports.relay.relay`` inside a start_server callback,
+    transports.pt`` does (``transports.common.relay.relay`` inside a start_server callback,
     no try/except), so an exception out of the session would reach the loop's
     exception handler ("Unhandled exception in client_connected_cb").
     """

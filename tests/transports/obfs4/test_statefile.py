@@ -13,8 +13,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from transports.common.probdist import WeightedDist
 from transports.obfs4 import statefile
-from transports.obfs4.probdist import WeightedDist
 from transports.obfs4.statefile import (
     ArgsError,
     ClientArgs,

@@ -22,7 +22,7 @@ import pytest
 from censor_sim.prober.observe import observe, run_suite
 from censor_sim.prober.probes import Probe, http_get, replay_probe
 from transports.base import TransportError
-from transports.obfs4.elligator2 import Keypair, new_keypair, public_key_from_private
+from transports.common.elligator2 import Keypair, new_keypair, public_key_from_private
 from transports.obfs4.handshake import ClientHandshake, ServerKey
 from transports.obfs4.statefile import ClientArgs, ServerState, encode_cert
 from transports.obfs4.transport import (

@@ -19,24 +19,13 @@ from pathlib import Path
 import pytest
 from ptadapter import ClientAdapter, ExtServerAdapter, ServerAdapter
 
+from tests.support.echo import echo, start_echo_server
 from transports import base
 from transports.obfs4.statefile import load_or_create
 from transports.pt import managed, socks5
 from transports.pt.environment import ClientConfig, ServerConfig
 
 PT = [sys.executable, "-m", "transports.pt"]
-
-
-async def echo_server() -> asyncio.Server:
-    async def handle(r, w):
-        try:
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        finally:
-            w.close()
-
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
 def port_of(server: asyncio.Server) -> int:
@@ -58,7 +47,7 @@ async def exchange(r, w, payload: bytes) -> bytes:
 
 
 async def test_ptadapter_client_and_server_move_1mb_both_ways(tmp_path):
-    echo = await echo_server()
+    echo, _ = await start_echo_server()
     server = ServerAdapter(PT, tmp_path / "server", "127.0.0.1", port_of(echo))
     server.add_transport("direct", "127.0.0.1", 0)
     client = ClientAdapter(PT, tmp_path / "client", ["direct"])
@@ -76,10 +65,7 @@ async def test_extended_orport_via_ptadapter(tmp_path):
 
     async def on_connection(r, w, info):
         await seen.put(info)
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-        w.close()
+        await echo(r, w)
 
     ext = ExtServerAdapter(PT, tmp_path / "server", on_connection)
     ext.add_transport("direct", "127.0.0.1", 0)
@@ -179,7 +165,7 @@ async def test_sigterm_exits(tmp_path, procs):
 
 
 async def test_sigint_drains_then_second_sigint_exits(tmp_path, procs):
-    echo = await echo_server()
+    echo, _ = await start_echo_server()
     async with echo:
         proc, lines = await spawn_pt(tmp_path, TOR_PT_SERVER_TRANSPORTS="direct",
                                      TOR_PT_SERVER_BINDADDR="direct-127.0.0.1:0",
@@ -202,7 +188,7 @@ async def test_sigint_drains_then_second_sigint_exits(tmp_path, procs):
 
 
 async def test_sigint_exits_once_connections_finish(tmp_path, procs):
-    echo = await echo_server()
+    echo, _ = await start_echo_server()
     async with echo:
         proc, lines = await spawn_pt(tmp_path, TOR_PT_SERVER_TRANSPORTS="direct",
                                      TOR_PT_SERVER_BINDADDR="direct-127.0.0.1:0",
@@ -246,6 +232,8 @@ class _ServerWithArgs:
 
 
 class _ServerOnly(base.Transport):
+    roles = frozenset({"server"})
+
     def server_factory(self, state_dir, args):
         if args.get("fail"):
             raise base.TransportError("bad option fail")
@@ -330,7 +318,7 @@ async def test_obfs4_handlers_end_with_their_connections(tmp_path):
 async def test_obfs4_session_ended_by_bad_frames_is_logged(tmp_path, capsys):
     """A session that ends on a frame failing authentication looks like an EOF to
     the relay: the server says so in a LOG line (no addresses), for the cell logs."""
-    up = await echo_server()
+    up, _ = await start_echo_server()
     life, servers, dial = await _obfs4_server(tmp_path, up)
     try:
         r, w = await dial("127.0.0.1", port_of(servers[0]))
@@ -469,3 +457,15 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+async def test_a_client_only_transport_has_no_server_method(tmp_path, capsys):
+    # Conjure's server side is the station; the PT layer must not offer one.
+    # (Before roles were declared, Conjure's raising server_factory counted as a server.)
+    assert base.get("conjure").roles == {"client"}
+    life = managed.Lifetime()
+    cfg = ServerConfig(version="1", state_location=tmp_path, transports=["conjure"],
+                       orport=("127.0.0.1", 9))
+    assert await managed.start_server(cfg, life) == []
+    assert capsys.readouterr().out.splitlines() == [
+        "SMETHOD-ERROR conjure server not supported", "SMETHODS DONE"]

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from transports.obfs4.probdist import WeightedDist
+from tests.support.echo import echo
+from transports.common.probdist import WeightedDist
 from transports.scramblesuit.framing import MAX_SEGMENT, OVERHEAD
 from transports.scramblesuit.shaping import Shaping
 from transports.scramblesuit.tickets import TicketIssuer
@@ -43,11 +44,7 @@ async def _transfer(iat_mode: int, size: int) -> None:
     server = ScrambleSuitServerFactory(os.urandom(20), TicketIssuer(), iat_mode=iat_mode)
 
     async def handle(reader, writer):
-        inner_r, inner_w = await server.wrap(reader, writer)
-        while data := await inner_r.read(65536):
-            inner_w.write(data)
-            await inner_w.drain()
-        inner_w.close()
+        await echo(*await server.wrap(reader, writer))
 
     srv = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]

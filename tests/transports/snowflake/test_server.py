@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.echo import echo
 from transports.snowflake import server as sfserver
 from transports.snowflake.carriers import WebSocketCarrier
 from transports.snowflake.turbotunnel import TOKEN, encapsulation
@@ -185,10 +186,7 @@ async def test_pt_server_mode_hands_streams_to_the_extended_orport(tmp_path):
 
     async def on_connection(r, w, info):
         await seen.put(info)
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-        w.close()
+        await echo(r, w)
 
     ext = ExtServerAdapter([sys.executable, "-m", "transports.pt"], tmp_path / "s", on_connection)
     ext.add_transport("snowflake", "127.0.0.1", 0)

@@ -7,8 +7,8 @@ that differs between bridges. The table is generated deterministically from a
 both ends of a connection, and every connection to the bridge, use the same one.
 
 The table is built exactly as ``weighted_dist.go`` does, with the seed's
-:class:`~transports.obfs4.drbg.HashDrbg` driving a Go-compatible ``math/rand``
-(:class:`~transports.obfs4.drbg.Rand`):
+:class:`~transports.common.drbg.HashDrbg` driving a Go-compatible ``math/rand``
+(:class:`~transports.common.drbg.Rand`):
 
 * ``values``: the first *n* entries of ``Perm(max - min + 1)``, where
   ``n = Intn(clamp(max - min + 1, 1, 100)) + 1``;
@@ -28,7 +28,7 @@ import hashlib
 import random
 from collections import deque
 
-from transports.obfs4.drbg import HashDrbg, Rand
+from transports.common.drbg import HashDrbg, Rand
 
 MIN_VALUES = 1
 MAX_VALUES = 100

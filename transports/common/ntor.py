@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from nacl.bindings import crypto_scalarmult
 from nacl.exceptions import CryptoError
 
-from transports.obfs4.elligator2 import Keypair
+from transports.common.elligator2 import Keypair
 
 PROTO_ID = b"ntor-curve25519-sha256-1"
 T_MAC = PROTO_ID + b":mac"

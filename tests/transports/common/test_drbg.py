@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from siphash24 import siphash24
 
-from transports.obfs4.drbg import SEED_LENGTH, DrbgSeed, HashDrbg, Rand
+from transports.common.drbg import SEED_LENGTH, DrbgSeed, HashDrbg, Rand
 
 # jmwample/ptrs crates/obfs4/src/common/drbg.rs::sample_compat_compare: Int63 outputs
 # of Go's HashDrbg (obfs4.md §10). They match only the cumulative form.

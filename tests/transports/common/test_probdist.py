@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transports.obfs4.probdist import WeightedDist, iat_seed
+from transports.common.probdist import WeightedDist, iat_seed
 
 seeds = st.binary(min_size=24, max_size=24)
 

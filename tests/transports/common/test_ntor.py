@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_scalarmult
 
-from transports.obfs4 import ntor
-from transports.obfs4.elligator2 import (
+from transports.common import ntor
+from transports.common.elligator2 import (
     Keypair,
     new_keypair,
     public_key_from_private,

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
 
-from transports.obfs4 import elligator2
-from transports.obfs4.elligator2 import (
+from transports.common import elligator2
+from transports.common.elligator2 import (
     Keypair,
     new_keypair,
     public_key_from_private,

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transports.obfs4.replayfilter import DEFAULT_TTL, MAX_ENTRIES, ReplayFilter
+from transports.common.replayfilter import DEFAULT_TTL, MAX_ENTRIES, ReplayFilter
 
 
 class FakeClock:

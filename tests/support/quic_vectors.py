@@ -15,7 +15,7 @@ import struct
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .quic import V1, client_initial_keys, hkdf_expand_label, hp_mask
+from censor_sim.detectors.quic import V1, client_initial_keys, hkdf_expand_label, hp_mask
 
 V2 = 0x6B3343CF
 V2_SALT = bytes.fromhex("0dede3def700a6db819381be6e269dcbf9bd2ed9")  # RFC 9369 §3.3.1
