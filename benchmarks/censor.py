@@ -4,7 +4,7 @@
    node → bridge node), censor off against censor on, for ``ip-blocklist``
    (blocking another address, so the flow passes the sets) and
    ``gfw-fet-2021`` (the flow is queued, classified exempt and offloaded by
-   conntrack mark). Target ratio on ÷ off ≥ 0.9 (ARCHITECTURE.md §4).
+   conntrack mark). Target ratio on ÷ off ≥ 0.9 (docs/architecture.md §4.4).
 2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
    HTTP detectors, and the whole engine (4-packet flows), over a corpus of
    recorded first packets. Target ≥ 5,000 flows/s.

@@ -1,6 +1,6 @@
 """The broker's waiting proxies and how clients are matched to them.
 
-Tor's broker (``broker/snowflake-heap.go``, ``ipc.go``; snowflake.md §1.5)
+Tor's broker (``broker/snowflake-heap.go``, ``ipc.go``; docs/transports/snowflake.md §2.5)
 keeps two min-heaps keyed on each proxy's reported client count, so the
 least-loaded proxy is offered first: one for ``unrestricted`` proxies and one
 for ``restricted`` and ``unknown`` ones. A restricted or unknown client can

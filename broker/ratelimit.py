@@ -1,4 +1,5 @@
-"""Per-source rate limiting for the broker (Tor's broker has none; snowflake.md §1.1).
+"""Per-source rate limiting for the broker (Tor's broker has none;
+docs/transports/snowflake.md §2.8).
 
 A token bucket per source address: ``rate`` requests per second sustained,
 ``burst`` at once. Behind the lab's TLS edge every request comes from the

@@ -1,4 +1,4 @@
-"""A userspace delay line for kernels without netem (ARCHITECTURE.md §4).
+"""A userspace delay line for kernels without netem (docs/architecture.md §4.2).
 
 Forwarded packets of the core router go to an NFQUEUE (the xtables target
 through iptables-nft: this kernel has no nft ``queue`` statement); this

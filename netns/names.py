@@ -1,4 +1,4 @@
-"""Lab naming (ARCHITECTURE.md §5): every lab object starts with ``ptl``.
+"""Lab naming (docs/architecture.md §5.1): every lab object starts with ``ptl``.
 
 A lab has a short id (1-4 characters of ``[a-z0-9]``). Namespaces are named
 ``ptl<id>-<role>``; interfaces are ``ptl<id><code>`` where ``code`` is the short

@@ -1,4 +1,4 @@
-"""Who owns a lab (ARCHITECTURE.md §5).
+"""Who owns a lab (docs/architecture.md §5.2).
 
 Each lab has a state directory with an owner record: the owner's PID and its
 start time (so a recycled PID is not mistaken for a live owner). A lab whose

@@ -1,6 +1,6 @@
 """Link shaping: rate, loss and delay on both directions of a lab link.
 
-This kernel has no netem (ARCHITECTURE.md §4), so: rate is ``tc tbf`` on
+This kernel has no netem (docs/architecture.md §4.2), so: rate is ``tc tbf`` on
 each end's egress; loss is an nft ``numgen random`` drop in each end's
 namespace; delay uses netem where the kernel has it, and otherwise the
 userspace delay line (:mod:`netns.delayline`) in a router namespace.

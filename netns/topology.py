@@ -225,10 +225,10 @@ class Topology:
 
 
 # The prober's source-address pool (a topology extension): the GFW probes from
-# thousands of addresses (censors.md §3.1, §3.2), so the lab's prober may too.
+# thousands of addresses (docs/censors/probing.md §1.3, §2.2), so the lab's prober may too.
 PROBER_POOL = ("198.19.250.0/24", "2001:db8:fa00::/64")
 
-# Role -> code for the default topology (ARCHITECTURE.md §1).
+# Role -> code for the default topology (docs/architecture.md §1.1).
 SERVER_ROLES = {
     "bridge": "b",
     "cdn": "d",

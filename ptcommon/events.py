@@ -1,7 +1,7 @@
 """The lab's process contract: event lines, the readiness line, and exit codes.
 
 Every long-running lab process writes one JSON object per line to stdout:
-``{"ts": ..., "component": ..., "event": ..., **fields}`` (docs/architecture.md §3).
+``{"ts": ..., "component": ..., "event": ..., **fields}`` (docs/architecture.md §3.1).
 The runner captures stdout into the process's log and keeps every such line in
 ``events.jsonl``; a line without ``ts``, ``component`` and ``event`` is ordinary log
 text and is not kept. That is why the format lives here, once: a process that

@@ -9,7 +9,7 @@ here so a transport never imports the censor.
 Censors read the ClientHello in the clear: its server_name, and its shape –
 cipher suites, extensions, groups – which JA3 (Salesforce, 2017) and JA4 (FoxIO,
 2023) condense into a fingerprint (Iran's 2022 blocking of Go's crypto/tls hello;
-censors.md §4.3–4.4).
+docs/censors/fingerprints.md §1, §3).
 
 A ClientHello can span several records and TCP segments (post-quantum key
 shares push it past one MSS), so the stream parser raises :class:`NeedMore` on a

@@ -6,7 +6,7 @@ the namespace lab (:class:`ptlab.nsbackend.NamespaceBackend`) starts processes i
 network namespaces on this machine; the three-machine lab
 (:class:`ptlab.vm.runner.VmBackend`) starts them on VMs or split namespaces over
 a :class:`~ptlab.vm.hosts.Host`. Both implement :class:`LabBackend`, so the
-rows they produce go through the same lines of code (docs/architecture.md §5).
+rows they produce go through the same lines of code (docs/architecture.md §7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lab-wide services every experiment gets (ARCHITECTURE.md §1, "Lab services").
+"""The lab-wide services every experiment gets (docs/architecture.md §1.4).
 
 - the lab CA, whose root every lab client trusts;
 - the web node: destination HTTP (:80, where bridges relay to) and HTTPS (:443);

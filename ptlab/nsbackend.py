@@ -4,7 +4,7 @@ One :class:`netns.lab.Lab` (client, censor router, core router, web, bridge,
 cdn, svc, prober and what plugins add) is brought up once per run and serves
 every cell; cells start and stop only their own processes. Shaping is applied
 to the censor-inet link, which stands for the path between the user's ISP and
-the world (docs/architecture.md §4).
+the world (docs/architecture.md §4.2).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class NamespaceBackend(LabBackend):
         cfg: dict[str, Any] = {"profile": profile.name, "overrides": overrides,
                                "inside": self.lab.iface("censor", "client"),
                                "outside": self.lab.iface("censor", "inet"), "seed": seed}
-        if profile.probes:  # the censor's prober, on its own node (docs/architecture.md §1)
+        if profile.probes:  # the censor's prober, on its own node (docs/architecture.md §1.1)
             listen = f"{self.lab.addr('prober')}:{PROBER_PORT}"
             pool = self.lab.topology.nodes["prober"].extra_prefixes
             self.start_process(run, Service("prober", "prober", [

@@ -1,6 +1,6 @@
 """The result schema: one row per cell, written as results.json and results.csv.
 
-ARCHITECTURE.md §3 "Result row" and "results.json". A run's numbers are only
+docs/architecture.md §3.5, the result row and results.json. A run's numbers are only
 worth something if someone can tell later what produced them, so every
 results.json carries a schema version and provenance (git SHA, kernel, peer
 versions, profile hashes, seeds). Readers refuse a schema they do not know
@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
 import os
 import platform
 import shutil
@@ -42,42 +41,7 @@ PEER_BINARIES = ("obfs4proxy", "snowflake-proxy", "snowflake-client", "tor")
 #: ptlab's Python dependencies whose versions change measured behaviour.
 PYTHON_DEPS = ("aiortc", "scapy", "cryptography", "aiohttp")
 
-# Two-sided 95 % Student's t critical values, df 1..30 (scipy is not a dependency).
-_T95 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-_Z95 = 1.96
-
 _CI_FIELDS = ("goodput_ci95", "latency_ci95")
-
-
-def t95(df: int) -> float:
-    """Two-sided 95 % t critical value; the normal 1.96 past df 30 (error < 4 %)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T95[df - 1] if df <= len(_T95) else _Z95
-
-
-def mean_ci95(samples: Iterable[float]) -> tuple[float, tuple[float, float]]:
-    """Mean and Student's t 95 % confidence interval of the mean.
-
-    Repetitions are few (often 3-10), so the normal approximation would make
-    intervals look tighter than they are. One sample gives the degenerate (x, x).
-    """
-    xs = [float(x) for x in samples]
-    if not xs:
-        raise ValueError("mean_ci95 needs at least one sample")
-    if not all(math.isfinite(x) for x in xs):
-        raise ValueError("mean_ci95 samples must be finite")
-    n = len(xs)
-    mean = math.fsum(xs) / n
-    if n == 1:
-        return mean, (mean, mean)
-    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
-    half = t95(n - 1) * math.sqrt(var / n)
-    return mean, (mean - half, mean + half)
 
 
 @dataclass

@@ -16,8 +16,9 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from .results import Row, mean_ci95
+from .results import Row
 from .spec import Expectation
+from .stats import mean_ci95
 from .workloads.cell import CellPlan, Measurement
 
 #: The censor column every transport is measured under first.

@@ -11,7 +11,7 @@ from tests.support.events import lost_events
 @pytest.fixture(autouse=True)
 def _lab_events_reach_events_jsonl(request: pytest.FixtureRequest):
     """After every test that used the shared lab: each event any lab process
-    logged is in the lab's events.jsonl (docs/architecture.md §3)."""
+    logged is in the lab's events.jsonl (docs/architecture.md §3.1)."""
     yield
     lab = getattr(request.node, "funcargs", {}).get("lab")
     if not isinstance(lab, LabFixture):  # not the plugin's shared lab (or none)

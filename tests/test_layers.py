@@ -1,4 +1,4 @@
-"""The layer rules (docs/architecture.md §2), checked on every import in the tree.
+"""The layer rules (docs/architecture.md §2.2), checked on every import in the tree.
 
 Function-level imports count as much as module-level ones: a lazy import of the
 censor from a transport is the same dependency, only hidden. ``TYPE_CHECKING``
@@ -72,7 +72,7 @@ def test_layer_rule_holds(package: str):
     files = sorted((ROOT / package).rglob("*.py"))
     assert files, f"no sources under {package}/"
     bad = [v for f in files for v in violations(package, f.read_text(), _module_name(f))]
-    assert not bad, f"{package} breaks its layer rule (docs/architecture.md §2):\n" + \
+    assert not bad, f"{package} breaks its layer rule (docs/architecture.md §2.2):\n" + \
         "\n".join(bad)
 
 

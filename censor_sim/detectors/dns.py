@@ -1,7 +1,7 @@
 """DNS query parsing (UDP and TCP), name matching, and the forged answer a censor injects.
 
 Why: DNS injection is the cheapest censorship there is (the GFW's best-known
-mechanism; censors.md §7.3 notes Geneva's evasion of it): the censor reads the
+mechanism; docs/censors/keywords.md §3 notes Geneva's evasion of it): the censor reads the
 question of a query on the wire and races the real resolver with a forged response.
 This module gives the engine the question (:func:`parse_query`,
 :func:`parse_tcp_query`), the match (:func:`qname_matches`) and the forged bytes

@@ -2,7 +2,7 @@
 
 Why this exists: WebRTC transports (Snowflake) speak DTLS, and censors have blocked
 them on a few bytes of the plaintext handshake. The rules below are modelled from the
-public reports (``/work/shared/protocols/censors.md`` §4.3); the parser lets tests and
+public reports (``docs/censors/fingerprints.md`` §2); the parser lets tests and
 the censor engine check where those bytes really sit, and gives JA3/JA4 code
 (``ptcommon.tlshello``) the same attributes a TLS ClientHello has.
 

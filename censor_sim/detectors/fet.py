@@ -2,7 +2,7 @@
 
 From November 2021 to March 2023 the Great Firewall blocked connections whose
 first client→server data packet "looked random". Algorithm 1 of the paper
-(restated in censors.md §2.1) says when a connection is *exempt*, i.e. never
+(restated in docs/censors/fet.md §2) says when a connection is *exempt*, i.e. never
 blocked; a connection is exempt if any of these hold for the first data packet
 ``pkt``:
 
@@ -18,7 +18,7 @@ after which its 3-tuple stays blocked for one of :data:`RESIDUAL_CHOICES_S`.
 This module only classifies bytes; the engine draws the probability and keeps
 the residual state.
 
-Deliberate choices where the published implementations disagree (censors.md §2.4):
+Deliberate choices where the published implementations disagree (docs/censors/fet.md §6):
 
 * The TLS third byte follows the paper, ``<= 0x09``. The authors' own
   ``artifacts/utils/detect.py`` accepts ``range(0x00, 0x10)`` (up to 0x0f)
@@ -49,14 +49,14 @@ P_BLOCK = 0.263
 Wu et al. 2023 §6.3: the number of connections up to the first block fits a
 geometric distribution with p ≈ 26.3 % (estimated over 109,489 blocked IPs);
 the paper's phrasing is that the GFW "only monitors 26 % of connections".
-Restated in OONI probe-cli PR #1026. censors.md §2.1, §2.2.
+Restated in OONI probe-cli PR #1026. docs/censors/fet.md §3.1.
 """
 
 RESIDUAL_CHOICES_S = (120, 180)
 """Residual blocking: after a block, client→server TCP packets of the same
 (client IP, server IP, server port) are dropped for 120 *or* 180 seconds
 (bimodal, not a flat 180 s). Wu et al. 2023 and the GFW Report write-up on
-residual censorship; censors.md §2.1 and correction 4.
+residual censorship; docs/censors/fet.md §3.2.
 """
 
 TLS_THIRD_BYTE_MAX = 0x09

@@ -2,13 +2,13 @@
 
 Source: Bock, Hughey, Qiang, Levin, "Geneva: Evolving Censorship Evasion Strategies"
 (ACM CCS 2019), lab censors ``censors/censor1.py`` … ``censor11.py`` and ``censor8b.py``
-of github.com/Kkevsterrr/geneva at commit 28a3fa63 (censors.md §1.2). This is our own
+of github.com/Kkevsterrr/geneva at commit 28a3fa63 (docs/censors/geneva.md §2). This is our own
 restatement of what those files do, packet by packet, so a strategy that beats (or
-loses to) a Geneva censor in Geneva's harness does the same here. Where censors.md's
-catalogue and the code differ, the code wins; each such place is noted where it
-matters.
+loses to) a Geneva censor in Geneva's harness does the same here. Where the catalogue of
+docs/censors/geneva.md §2.2 and the code differ, the code wins; each such place is noted
+where it matters.
 
-How Geneva runs them (``censors/censor.py``, ``evaluator.py``; censors.md §1.1), and
+How Geneva runs them (``censors/censor.py``, ``evaluator.py``; docs/censors/geneva.md §1), and
 what that means here:
 
 * The censor is **in-path**. ``iptables -A FORWARD -j NFQUEUE -p tcp --sport/--dport
@@ -25,8 +25,8 @@ what that means here:
   offset below 5 to 5 ("bad dataofs … Assuming dataofs=5"), so the payload of a
   dataofs-0 packet is everything after the fixed 20-byte header. ``Packet.payload``
   already is exactly that (and ``test_geneva`` checks it against scapy), so it is used
-  as is. censors.md's wording "parsed by scapy as carrying a 20-byte payload" is
-  imprecise: it is the *header* that is taken as 20 bytes.
+  as is. It is the *header* that is taken as 20 bytes, not the payload
+  (docs/censors/geneva.md §2.3).
 * ``check_censor()`` decides whether to fire; ``censor()`` then acts. Its return value
   is the NFQUEUE verdict: only ``"drop"`` drops; the RST censors return ``None`` or
   ``"accept"``, so the triggering packet is **forwarded** after the RSTs are sent.

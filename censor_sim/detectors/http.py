@@ -2,7 +2,7 @@
 
 Why: keyword censorship of HTTP (the GFW's oldest mechanism) decides on the first
 request of a TCP stream. Rambert, Weinberg, Barradas and Christin (2021, "Chinese Wall
-or Swiss Cheese? Keyword filtering in the Great Firewall of China"; censors.md §7.3)
+or Swiss Cheese? Keyword filtering in the Great Firewall of China"; docs/censors/keywords.md §1.1)
 report that the GFW inspects only the **request path and the Host header** for
 keywords, on any TCP port. :func:`keyword_match` models exactly those two places.
 

@@ -1,7 +1,7 @@
 """Iran's 2020 protocol filter ("whitelister"): the DNS/HTTP/TLS fingerprints it allows.
 
 Source: Bock, Fax, Reese, Singh, Levin, "Detecting and Evading Censorship-in-Depth: A
-Case Study of Iran's Protocol Whitelister", FOCI 2020, §4.3 (censors.md §7.2), and the
+Case Study of Iran's Protocol Whitelister", FOCI 2020, §4.3 (docs/censors/iran.md §1), and the
 same authors' write-up, "Iran: A New Model for Censorship" (Geneva blog, 2020-02-26,
 geneva.cs.umd.edu/posts/iran-whitelister), which lists the fingerprints point by point.
 Summarised by Fifield on ntc.party ("Paper summary: ... Iran's Protocol Filter"), which
@@ -20,12 +20,12 @@ any of 53, 80 and 443 (ntc.party summary: "The protocol fingerprint is not paire
 specific port"; the blog says the same). So :func:`classify` takes no port; the engine
 only checks ``port in PORTS``.
 
-Input: the payloads of the first two client data packets, concatenated, as censors.md
-§7.2 and the ntc.party summary put it ("the two packets together"). The blog phrases it
-as "if either of those two packets matches"; for a fingerprint anchored at the start
-of the payload the two readings differ only when the first packet is too short to
-match on its own. Callers wanting the per-packet reading can call :func:`classify` on
-each packet.
+Input: the payloads of the first two client data packets, concatenated, as
+docs/censors/iran.md §1.2 and the ntc.party summary put it ("the two packets together").
+The blog phrases it as "if either of those two packets matches"; for a fingerprint
+anchored at the start of the payload the two readings differ only when the first packet
+is too short to match on its own. Callers wanting the per-packet reading can call
+:func:`classify` on each packet.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A QUIC client's first datagram is an Initial packet whose protection keys
 derive from its own Destination Connection ID and a published salt (RFC 9001
 §5.2), so any on-path censor can decrypt it and read the ClientHello. The GFW
-began doing so in 2024 (Zohaib et al., USENIX Security 2025; censors.md §7.1):
+began doing so in 2024 (Zohaib et al., USENIX Security 2025; docs/censors/quic.md §1):
 
 * only the first UDP datagram of a flow is inspected;
 * it blocks only when the source port is ≥ the destination port;

@@ -1,15 +1,15 @@
 """Flow statistics: what passive flow classifiers look at, for the first N packets.
 
 Wang, Dyer, Akella, Ristenpart and Shrimpton (CCS 2015, "Seeing through
-Network-Protocol Obfuscation", censors.md §4.1) detect obfs3/obfs4 from the
+Network-Protocol Obfuscation", docs/censors/ml.md §1) detect obfs3/obfs4 from the
 entropy and length of a flow's first message, and meek with decision trees
 over simple features of the *first 30 packets* (lengths, directions, timing).
 The censor keeps these per flow (:class:`FlowStats`) so detectors can use them
 and detection events can show them as evidence; the byte statistics here
 (entropy, popcount, printable fraction) are shared with the FET rules
-(Wu et al. 2023, censors.md §2).
+(Wu et al. 2023, docs/censors/fet.md §2).
 
-censors.md tags the Wang et al. figures as secondary ([S]): the exact
+docs/censors/ml.md §1.2 marks the Wang et al. figures as second-hand: the exact
 construction of their entropy test (block size 8) is not re-verified against
 the PDF, so :func:`block_entropy` and :func:`expected_block_entropy` are
 building blocks with precisely documented semantics, not a claim to reproduce
@@ -30,7 +30,7 @@ from typing import Any
 _PRINTABLE_MASK = bytes(1 if 0x20 <= b <= 0x7E else 0 for b in range(256))
 
 DEFAULT_PACKETS = 30
-"""Wang et al. 2015's classifiers look at a flow's first 30 packets (censors.md §4.1)."""
+"""Wang et al. 2015's classifiers look at a flow's first 30 packets (docs/censors/ml.md §1.4)."""
 
 C2S, S2C = 1, -1
 """Packet directions: +1 client→server (the censored side sends), -1 server→client."""

@@ -3,7 +3,8 @@
 Censors read the ClientHello in the clear: its server_name (SNI blocking,
 the TSPU's throttling trigger), and its shape – cipher suites, extensions,
 groups – which JA3 (Salesforce, 2017) and JA4 (FoxIO, 2023) condense into a
-fingerprint (Iran's 2022 blocking of Go's crypto/tls hello; censors.md §4.3–4.4).
+fingerprint (Iran's 2022 blocking of Go's crypto/tls hello;
+docs/censors/fingerprints.md §1, §3).
 
 The parser and the fingerprints are :mod:`ptcommon.tlshello` (transports use them
 too and must not import the censor); this module holds the censor's rules over

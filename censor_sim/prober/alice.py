@@ -1,7 +1,7 @@
 """The GFW's Shadowsocks prober: replays and random probes, in stages.
 
 Alice, Bob, Carol, Beznazwy and Houmansadr (IMC 2020, "How China Detects and
-Blocks Shadowsocks", §4; censors.md §3.2) saw seven probe types built from a
+Blocks Shadowsocks", §4; docs/censors/probing.md §2.2) saw seven probe types built from a
 recorded first client payload:
 
 * replays: R1 identical; R2 byte 0 changed; R3 bytes 0–7 and 62–63 changed;
@@ -19,7 +19,7 @@ always *different* from the original, so R2-R5 never equal R1 by accident.
 NR1 lengths are drawn uniformly from the 21 lengths of the seven trios; the
 paper reports the lengths, not how many NR1 probes follow one trigger (they
 came "a few per hour"), so ``nr1`` is a parameter. The paper's prober gives
-up after about 10 s, hence ``watch_s=10`` by default (censors.md §3.2/§3.4).
+up after about 10 s, hence ``watch_s=10`` by default (docs/censors/probing.md §2.5, §4.1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """When probes follow the connection that raised suspicion: the published delays.
 
-Alice et al. (IMC 2020, §4.3; censors.md §3.2) measured the delay from a
+Alice et al. (IMC 2020, §4.3; docs/censors/probing.md §2.4) measured the delay from a
 Shadowsocks connection to its first replay: more than 20 % within 1 s, more
 than 50 % within 1 minute, more than 75 % within 15 minutes, minimum 0.28 s,
 maximum 570 hours. The paper gives only these points, so the sampler is the

@@ -1,7 +1,7 @@
 """The probe service: the censor asks, the prober probes and answers.
 
 ``python -m censor_sim.prober serve --listen HOST:PORT`` runs in the lab's
-prober namespace, the censor's own vantage point (ARCHITECTURE.md §1). The
+prober namespace, the censor's own vantage point (docs/architecture.md §1.1). The
 censor sends one JSON line per suspicious flow::
 
     {"id": ..., "host": ..., "port": ..., "first_payload": "<hex>",

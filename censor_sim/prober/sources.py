@@ -1,9 +1,9 @@
 """Where probes come from: a pool of source addresses, one drawn per connection.
 
 The GFW's probes do not come from one machine. Ensafi et al. (IMC 2015,
-censors.md §3.1) saw probes for Tor, obfs2/3 and VPNs from thousands of
+docs/censors/probing.md §1.3) saw probes for Tor, obfs2/3 and VPNs from thousands of
 Chinese source addresses, most of them used only once or a few times; Alice
-et al. (IMC 2020, §3.2) counted over 12,000 distinct prober IPs against
+et al. (IMC 2020, docs/censors/probing.md §2.2) counted over 12,000 distinct prober IPs against
 Shadowsocks. A server that allowlists or rate-limits by source address can
 therefore not tell probes from clients, and a lab prober that always used one
 address would make defences look better than they are.

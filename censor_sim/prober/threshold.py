@@ -6,7 +6,7 @@ authenticate (obfs4 < 0.0.11: 8192 + N; Lampshade: 256; Outline 1.0.6 and
 shadowsocks-python: 50; OSSH: 24). A prober that finds such a threshold has a
 fingerprint, which is why the paper's advice is to have none. The search sends n
 random bytes and watches for a close (FIN or RST) within ``window`` seconds; the
-smallest n that closes is the threshold. censors.md §3.4 T-AP-2 asks for a binary
+smallest n that closes is the threshold. T-AP-2 (docs/censors/probing.md §5.2) asks for a binary
 search starting at 4096 bytes with a 1 s close window.
 
 The search assumes what the mechanism implies: a server that closes after reading

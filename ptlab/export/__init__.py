@@ -1,1 +1,1 @@
-"""Exports of an experiment to other engines (ARCHITECTURE.md §6): Shadow, for scale."""
+"""Exports of an experiment to other engines (docs/architecture.md §6.3): Shadow, for scale."""

@@ -1,7 +1,7 @@
 """Lab plugins: how each transport (ours or a real peer) takes its place in the lab.
 
 The runner knows no transport by name; it asks the plugin registered under
-the ``ptlab.lab_plugins`` entry-point group (ARCHITECTURE.md §3).
+the ``ptlab.lab_plugins`` entry-point group (docs/architecture.md §3.3).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Snowflake rows: broker, volunteer proxies, client and bridge, each in its slot.
 
-Where each piece runs (ARCHITECTURE.md §1):
+Where each piece runs (docs/architecture.md §1.1):
 
 * the bridge (``python -m transports.snowflake.server``) on the bridge node,
   relaying each smux stream to the lab's upstream;
@@ -19,7 +19,7 @@ Where each piece runs (ARCHITECTURE.md §1):
 Proxy and client are either ours (aiortc: ``ptlab``) or Debian's 2.5.1 binaries
 (pion: ``debian``), so the DTLS stacks a censor fingerprints differ by row.
 Debian's binaries get a STUN URL with no route (they wait out unreachable
-gathering otherwise, snowflake.md §5.4); ours use the lab STUN server.
+gathering otherwise, docs/transports/snowflake.md §7.4); ours use the lab STUN server.
 
 Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab`` or
 ``debian``), ``proxies`` (1-8, default 1), ``rendezvous`` (as above, default

@@ -1,6 +1,6 @@
 """The lab resolver: authoritative for a fixed zone map, over UDP and TCP.
 
-Names inside the lab resolve through this server (ARCHITECTURE.md §1). It only
+Names inside the lab resolve through this server (docs/architecture.md §1.4). It only
 ever answers from its own map and never forwards, so no lookup can leave the
 lab. Unknown names get NXDOMAIN, malformed queries FORMERR, queries it will not
 serve (other classes, zone transfers) REFUSED, and garbage that does not even

@@ -12,8 +12,9 @@ Config (JSON or TOML, ``--config F``)::
                 "meek.lab": {"origin": "http://198.18.3.2:7002", "mode": "reflector"}},
      "default": null}
 
-A ``reflector`` route behaves like meek's App Engine reflector (meek_conjure.md
-§1.2): only ``Content-Type`` and ``X-Session-Id`` pass, both ways, and the
+A ``reflector`` route behaves like meek's App Engine reflector
+(docs/transports/meek.md §3.1): only ``Content-Type`` and ``X-Session-Id`` pass,
+both ways, and the
 client's address goes to the origin as ``Meek-IP``. Other routes pass headers
 like a CDN, adding ``X-Forwarded-For``. Upstream connections are kept alive
 and reused (one connection pool for all origins).

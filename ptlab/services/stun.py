@@ -2,7 +2,7 @@
 
 WebRTC peers (Snowflake clients and proxies) must learn their reflexive
 address from a STUN server inside the lab, never a public one
-(ARCHITECTURE.md §4). This answers Binding Requests with XOR-MAPPED-ADDRESS
+(docs/architecture.md §4.3). This answers Binding Requests with XOR-MAPPED-ADDRESS
 and MAPPED-ADDRESS (for old clients), echoing the transaction id, and drops
 every datagram that is not a well-formed STUN Binding Request.
 

@@ -1,7 +1,7 @@
 """The benign background mix: ordinary flows from the client, to measure collateral damage.
 
 A censor is judged not only by what it blocks but by what it breaks on the
-way (ARCHITECTURE.md §3, result row). This workload runs a handful of real,
+way (docs/architecture.md §3.5, the result row). This workload runs a handful of real,
 innocent flows from the client namespace - HTTPS (TLS 1.3, certificate checked
 against the lab CA), plain HTTP, DNS over UDP and TCP, SSH, a binary TCP
 protocol and a UDP echo - all at once, and records which got through. A flow

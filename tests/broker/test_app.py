@@ -74,7 +74,7 @@ async def waiting(b: Broker, n: int) -> None:
 
 
 def test_debian_proxy_poll_bytes_round_trip():
-    """The exact body Debian's snowflake-proxy 2.5.1 sent (snowflake.md §1.2)."""
+    """The exact body Debian's snowflake-proxy 2.5.1 sent (docs/transports/snowflake.md §2.2)."""
     wire = (b'{"Sid":"RJRe3qo/9SdtRa6ZoM7Esw","Version":"1.3","Type":"standalone",'
             b'"NAT":"unknown","Clients":0,"AcceptedRelayPattern":"127.0.0.1$"}')
     p = m.ProxyPoll.decode(wire)

@@ -51,8 +51,9 @@ def fet_engine(p: float = 0.263, seconds=(120, 180), seed: int = 1):
 
 
 def test_fet_block_rate_matches_the_paper_over_1000_connections():
-    """censors.md §2.3/§9: random 50-byte first packets are blocked at
-    P(not exempt | 50) · 0.263 = 0.972 · 0.263, within the 3σ binomial band."""
+    """docs/censors/fet.md §5.2 and docs/censors/statistics.md §1: random 50-byte first
+    packets are blocked at P(not exempt | 50) · 0.263 = 0.972 · 0.263, within the 3σ
+    binomial band."""
     eng, clock = fet_engine(seconds=(0.001,))
     rng = random.Random(7)
     n, blocked = 1000, 0
@@ -117,7 +118,8 @@ def test_fet_exempt_first_packet_is_offloaded_and_never_blocked():
 
 
 def test_fet_looks_at_the_first_packet_only():
-    """censors.md §2.1: '\\x21' then 200 random bytes in a second packet is never blocked."""
+    """docs/censors/fet.md §2.2: '\\x21' then 200 random bytes in a second packet is never
+    blocked."""
     eng, _ = fet_engine(p=1.0)
     assert connect(eng, 40000, 443, b"\x21").flow == "accept"
     rest = tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random.Random(1).randbytes(200))

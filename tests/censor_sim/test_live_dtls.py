@@ -3,7 +3,7 @@
 Our broker (``python -m broker``) and a WebSocket relay that records what
 arrives let Debian's snowflake-proxy on the bridge node and snowflake-client
 on the client node set up a real WebRTC data channel across the censor
-(recipe: ../shared/protocols/snowflake.md §5.4). The DTLS hellos are captured
+(recipe: docs/transports/snowflake.md §7.4). The DTLS hellos are captured
 on the censor and the Russian rules are evaluated on them; then the same
 session runs under the censor profile, which must stop it.
 """
@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.interop,
                                       and shutil.which("snowflake-client")),
                                  reason="Debian's snowflake-proxy/-client are not installed")]
 
-TOKEN = bytes.fromhex("1293605d278175f5")  # Turbo Tunnel preamble (snowflake.md §0.3)
+# The Turbo Tunnel preamble's token (docs/transports/turbotunnel.md §2.2).
+TOKEN = bytes.fromhex("1293605d278175f5")
 NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route anywhere in the lab: gathering fails fast
 
 
@@ -105,7 +106,7 @@ async def snowflake_session(lab, out: Path, wait_s: float,
     strings and the broker's final counters)."""
     rv = Rendezvous(lab, out)
     await rv.start()
-    host = lab.addr("bridge")  # a suffix pattern, not a regex (snowflake.md §5.4)
+    host = lab.addr("bridge")  # a suffix pattern, not a regex (docs/transports/snowflake.md §2.6)
     if our_proxy:  # an internal relay address must be named exactly (relaycheck)
         argv = [sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", rv.broker_url,
                 "-relay", rv.relay_url, "-allowed-relay-hostname-pattern", f"^{host}$",
@@ -191,7 +192,7 @@ async def test_pion_hellos_captured_in_the_lab_match_the_2022_rule(censor_lab, t
         cap.stop()
     assert relayed.startswith(TOKEN), "no data channel with no censor: the setup is broken"
     # Debian's proxy and client rendezvoused through our broker, and the proxy told
-    # the relay the client's address (snowflake.md §2.4).
+    # the relay the client's address (docs/transports/snowflake.md §3.4).
     assert seen["broker"]["client_matched"] == 1 and seen["broker"]["bad_requests"] == 0
     assert seen["broker"]["proxy_polls"] >= 1
     # pion lists its IPv4 and IPv6 candidates in either order, and Tor's proxy
@@ -223,7 +224,7 @@ async def test_debian_client_through_our_broker_and_our_aiortc_proxy(censor_lab,
     """Debian's snowflake-client rendezvouses through our broker with our proxy: the
     Turbo Tunnel preamble reaches the relay with the client's address. Our proxy is
     the DTLS client here (answerer, setup:active), and aiortc's ClientHello is not
-    pion's: the May 2022 Russian rule does not match it (snowflake.md §6.3)."""
+    pion's: the May 2022 Russian rule does not match it (docs/transports/snowflake.md §7.6)."""
     cap = Capture(censor_lab.ns("censor"), censor_lab.iface("censor", "client"),
                   tmp_path / "dtls.pcap", snaplen=4096, bpf="udp").start()
     try:

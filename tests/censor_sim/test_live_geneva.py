@@ -1,6 +1,6 @@
 """Geneva's twelve lab censors on the real datapath: every packet through NFQUEUE.
 
-The exchange is Geneva's echo plugin in miniature (censors.md §1.1): connect,
+The exchange is Geneva's echo plugin in miniature (docs/censors/geneva.md §1.2): connect,
 send the forbidden word, expect it echoed. Every censor must stop it, the
 dropping ones by silence, the RST ones by a reset, and let the same exchange
 without the word through.

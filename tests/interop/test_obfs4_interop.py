@@ -4,13 +4,14 @@ ptadapter plays tor's part (the PT parent): ``ServerAdapter`` starts a bridge
 (``python -m transports.pt`` or obfs4proxy) in front of an ORPort stand-in on
 loopback, and ``ClientAdapter`` starts the other implementation as the client PT.
 The bridge's ``cert`` and ``iat-mode`` go from its ``SMETHOD ... ARGS:`` line to
-the client as SOCKS arguments, as tor does with a bridge line (obfs4.md §8, §9).
+the client as SOCKS arguments, as tor does with a bridge line
+(docs/transports/pt.md §3, §4; docs/transports/obfs4.md §8.1).
 
 Each exchange is full duplex and byte-exact: the test sends ``up`` bytes through
 the client PT while the ORPort sends ``down`` bytes back, at the same time; both
 ends compare the SHA-256 of what arrived with what was sent. iat-mode 0 moves
 50 MB each way; iat-modes 1 and 2 (where obfs4proxy itself manages only ~0.23 and
-~0.11 MB/s, §3.3) move 1 MB each way, both modes at once.
+~0.11 MB/s, docs/transports/obfs4.md §4.3) move 1 MB each way, both modes at once.
 
 Last, our server takes over obfs4proxy's state directory: same cert in its
 SMETHOD line as in obfs4proxy's ``obfs4_bridgeline.txt``, and an obfs4proxy
@@ -200,7 +201,8 @@ async def test_iat_modes_1_and_2_both_ways_byte_exact(tmp_path, client, server):
 
 
 def bridge_line_args(state: Path) -> dict[str, str]:
-    """cert and iat-mode from obfs4proxy's ``obfs4_bridgeline.txt`` (obfs4.md §5)."""
+    """cert and iat-mode from obfs4proxy's ``obfs4_bridgeline.txt``
+    (docs/transports/obfs4.md §6.2)."""
     lines = [ln for ln in (state / "obfs4_bridgeline.txt").read_text().splitlines()
              if ln.startswith("Bridge obfs4 ")]
     assert len(lines) == 1, lines

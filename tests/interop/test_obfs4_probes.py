@@ -8,7 +8,7 @@ handshake for another key and the replay go to both servers at once, each probe
 watched for 100 s (Frolov et al. waited 300 s; the issue asks for >= 100 s, which
 covers obfs4proxy's whole [30, 90) s close window).
 
-Expected (obfs4.md §1.6 and transports/obfs4/transport.py's docstring):
+Expected (docs/transports/obfs4.md §2.6 and transports/obfs4/transport.py's docstring):
 
 * obfs4proxy: zero bytes, then a FIN at one time for every probe, accept + 30 s +
   a per-bridge delay in 0..59 s: its signature, ``closes-at-threshold``;

@@ -5,13 +5,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import math
 import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from ptlab import results as R
 from ptlab.results import (
@@ -20,7 +17,6 @@ from ptlab.results import (
     Row,
     csv_columns,
     load_results,
-    mean_ci95,
     provenance,
     write_results,
 )
@@ -40,58 +36,6 @@ def sample_results() -> Results:
     ]
     return results_of(rows, spec={"seed": 7, "transports": ["obfs4", "meek"]},
                       provenance={"git_sha": "abc123", "seeds": {"run": 7}})
-
-
-# --- mean_ci95 -------------------------------------------------------------------------------
-
-
-def test_ci_known_values() -> None:
-    mean, (lo, hi) = mean_ci95([1, 2, 3, 4, 5])
-    half = 2.776 * math.sqrt(2.5) / math.sqrt(5)
-    assert mean == 3.0
-    assert lo == pytest.approx(3 - half)
-    assert hi == pytest.approx(3 + half)
-
-
-def test_ci_two_samples_uses_df1() -> None:
-    mean, (lo, hi) = mean_ci95([0.0, 2.0])
-    # sd = sqrt(2), se = 1, t(1) = 12.706
-    assert mean == 1.0
-    assert (hi - lo) / 2 == pytest.approx(12.706)
-
-
-def test_ci_large_n_uses_normal() -> None:
-    xs = [0.0, 1.0] * 20  # n = 40, df = 39 > 30
-    mean, (lo, hi) = mean_ci95(xs)
-    sd = math.sqrt(sum((x - 0.5) ** 2 for x in xs) / 39)
-    assert (hi - lo) / 2 == pytest.approx(1.96 * sd / math.sqrt(40))
-    assert R.t95(30) == 2.042 and R.t95(31) == 1.96
-
-
-def test_ci_single_sample_is_degenerate() -> None:
-    assert mean_ci95([7.5]) == (7.5, (7.5, 7.5))
-
-
-def test_ci_rejects_empty_and_nan() -> None:
-    with pytest.raises(ValueError):
-        mean_ci95([])
-    with pytest.raises(ValueError):
-        mean_ci95([1.0, float("nan")])
-
-
-@given(st.lists(st.floats(min_value=-1e9, max_value=1e9), min_size=1, max_size=60))
-def test_ci_properties(xs: list[float]) -> None:
-    mean, (lo, hi) = mean_ci95(xs)
-    assert hi - lo >= 0
-    assert lo <= mean <= hi
-    assert min(xs) - 1e-6 * (1 + abs(min(xs))) <= mean <= max(xs) + 1e-6 * (1 + abs(max(xs)))
-
-
-@given(st.floats(min_value=-1e6, max_value=1e6), st.integers(min_value=2, max_value=40))
-def test_ci_constant_samples_have_zero_width(x: float, n: int) -> None:
-    mean, (lo, hi) = mean_ci95([x] * n)
-    assert mean == pytest.approx(x)
-    assert hi - lo == pytest.approx(0.0, abs=1e-9 * (1 + abs(x)))
 
 
 # --- Row -------------------------------------------------------------------------------------

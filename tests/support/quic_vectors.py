@@ -1,6 +1,6 @@
 """Client Initial datagrams built from scratch, including Table 3's parser probes.
 
-Zohaib et al. (USENIX Security 2025, Table 3; censors.md §7.1) probed the
+Zohaib et al. (USENIX Security 2025, Table 3; docs/censors/quic.md §2) probed the
 GFW's QUIC parser with crafted Initials. This module builds equivalent ones
 with our own encoder (a TLS 1.3 ClientHello in CRYPTO frames, padded to 1200
 bytes, protected per RFC 9001; QUIC v2 per RFC 9369), so the unit tests and

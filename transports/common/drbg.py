@@ -6,7 +6,7 @@ probe-close delay from one. A peer that generates a single different block
 desynchronises the length masks and the connection dies on the next frame, so
 this must be bit-exact with ``common/drbg/hash_drbg.go``.
 
-What the Go code does (obfs4.md §3.1, §6.4, §6.8):
+What the Go code does (docs/transports/obfs4.md §4.1, §3.3, §7):
 
 * The 24-byte seed is a 16-byte SipHash-2-4 key followed by an 8-byte initial block.
 * The Go ``hash.Hash64`` is created once and never reset. Each ``NextBlock()``

@@ -1,2 +1,2 @@
 """Conjure: registration, phantom addresses from a shared seed, and a station that
-answers for unused addresses (meek_conjure.md §2)."""
+answers for unused addresses (docs/transports/conjure.md §1)."""

@@ -1,5 +1,5 @@
-"""Conjure's keys and phantom selection (meek_conjure.md §2.4; conjure ``pkg/core``,
-``pkg/phantoms``).
+"""Conjure's keys and phantom selection (docs/transports/conjure.md §3; conjure
+``pkg/core``, ``pkg/phantoms``).
 
 Client and station derive the same phantom address, and port, from the shared
 secret without ever sending them, so a censor would have to invert a hash to

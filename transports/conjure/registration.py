@@ -2,7 +2,7 @@
 
 A client picks a fresh 32-byte shared secret and sends it, with the transport
 it will speak and the covert address it wants, in a ``C2SWrapper`` (an API
-registration: ``POST /api/register`` over HTTPS, meek_conjure.md §2.2-§2.3).
+registration: ``POST /api/register`` over HTTPS, docs/transports/conjure.md §2.2-§2.3).
 Both ends then derive the same seed (:mod:`.phantom`), so the phantom address
 and port are never sent.
 

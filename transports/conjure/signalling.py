@@ -3,8 +3,8 @@
 Why built here rather than generated: the messages are proto2 in package
 ``tapdance``; building their descriptor with ``descriptor_pb2`` gives the
 protobuf library's own encoder and decoder without a ``protoc`` step. Field
-numbers, types and labels follow signalling.proto exactly (meek_conjure.md
-§2.3), so a registration we encode is what Conjure's registrar decodes.
+numbers, types and labels follow signalling.proto exactly
+(docs/transports/conjure.md §2.3), so a registration we encode is what Conjure's registrar decodes.
 
 Messages: ``C2SWrapper``, ``ClientToStation``, ``RegistrationFlags``,
 ``GenericTransportParams``, ``PrefixTransportParams``, ``RegistrationResponse``;

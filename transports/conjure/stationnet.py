@@ -2,7 +2,7 @@
 
 Conjure's station taps the ISP's traffic and forwards a registered client's
 packets for its phantom into a local application (DNAT to the application's
-port; it recovers the phantom with ``SO_ORIGINAL_DST``, meek_conjure.md §2.6).
+port; it recovers the phantom with ``SO_ORIGINAL_DST``, docs/transports/conjure.md §5.1).
 In the lab the ISP node owns the whole range (a local route), so without rules
 its own stack would answer for every phantom. The table ``ptlconjure``:
 

@@ -1,5 +1,5 @@
 """meek: a TCP stream tunnelled through HTTP POSTs, domain-fronted through a CDN.
 
 Wire-compatible with Tor's meek-server and with obfs4proxy's ``meek_lite``
-client (meek_conjure.md §1).
+client (docs/transports/meek.md §2).
 """

@@ -1,7 +1,7 @@
 """The meek client: one TCP stream carried by a serial chain of HTTP POSTs.
 
-Behaviour follows meek-client and obfs4proxy's meek_lite (meek_conjure.md §1.1,
-§1.3, §1.5):
+Behaviour follows meek-client and obfs4proxy's meek_lite
+(docs/transports/meek.md §2, §4, §6):
 
 * arguments ``url=`` (required, http or https) and ``front=`` (optional): the
   connection, DNS and TLS SNI go to ``front`` (host and port), the Host header

@@ -1,6 +1,6 @@
 """The meek server: an HTTP endpoint that turns POSTs into one TCP stream per session.
 
-Behaviour follows Tor's meek-server (meek_conjure.md §1.1):
+Behaviour follows Tor's meek-server (docs/transports/meek.md §2):
 
 * every POST (any path) carries ``X-Session-Id``; an unknown id opens one
   upstream connection for the session, with the client address taken from

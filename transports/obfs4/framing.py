@@ -1,7 +1,7 @@
 """obfs4 link framing: NaCl secretbox frames with SipHash-masked lengths (Go: ``framing``).
 
 Why a module of its own: this is the bulk-data hot path, and it has to be
-byte-exact with obfs4proxy (obfs4.md §2, §6.5, §6.7, §6.8).
+byte-exact with obfs4proxy (docs/transports/obfs4.md §3, §7).
 
 Key material, one 72-byte block per direction (Go ``framing.KeyLength``)::
 

@@ -2,7 +2,7 @@
 
 Why a separate layer: the frame layer only authenticates and hides lengths; the
 packet layer says what the bytes are (application data or a PRNG seed) and adds
-the zero padding that shapes packet lengths (obfs4.md §2, §3.3).
+the zero padding that shapes packet lengths (docs/transports/obfs4.md §3.5, §4.3).
 
 A packet is the plaintext of one frame::
 

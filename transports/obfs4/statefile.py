@@ -4,7 +4,7 @@ Why byte-compatible with obfs4proxy: a bridge operator (or an interop test) can
 point our server at obfs4proxy's state directory, or the reverse, and keep the
 same cert, so bridge lines stay valid whichever implementation runs.
 
-Files in the state directory, both mode 0600 (obfs4.md §5):
+Files in the state directory, both mode 0600 (docs/transports/obfs4.md §6.2):
 
 * ``obfs4_state.json``: Go's ``json.Marshal`` output, compact, keys in this
   order, no trailing newline::

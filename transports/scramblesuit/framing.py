@@ -1,4 +1,4 @@
-"""ScrambleSuit's session keys and frames (obfs4.md §7; obfs4proxy's
+"""ScrambleSuit's session keys and frames (docs/transports/scramblesuit.md §4; obfs4proxy's
 ``transports/scramblesuit/conn.go`` for the byte layout its client expects).
 
 Keys: HKDF-SHA256 *expand only* over the 32-byte master key, no info, 144

@@ -1,4 +1,4 @@
-"""ScrambleSuit's UniformDH handshake (obfs4.md §7; obfs4proxy's
+"""ScrambleSuit's UniformDH handshake (docs/transports/scramblesuit.md §2; obfs4proxy's
 ``transports/scramblesuit/handshake_uniformdh.go`` for the client's exact bytes).
 
 Both sides know the 20-byte shared secret k_B from the bridge line

@@ -1,5 +1,6 @@
 """ScrambleSuit session tickets: issued after every handshake, redeemed once on the next
-connection instead of a UniformDH exchange (obfs4.md §7; RFC 5077 in spirit).
+connection instead of a UniformDH exchange (docs/transports/scramblesuit.md §3;
+RFC 5077 in spirit).
 
 A ticket is 112 bytes, opaque to the client: ``IV (16) | AES-128-CBC(state) (64) |
 HMAC-SHA256(IV | ciphertext) (32)``, the state being the issue time (4 bytes,

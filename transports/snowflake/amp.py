@@ -1,4 +1,4 @@
-"""AMP-cache rendezvous armour (Tor's ``common/amp``; snowflake.md §1.6).
+"""AMP-cache rendezvous armour (Tor's ``common/amp``; docs/transports/snowflake.md §2.7).
 
 Through an AMP cache the broker's answer must be an AMP HTML page. The JSON
 response goes inside ``<pre>`` elements as ``0`` followed by standard base64

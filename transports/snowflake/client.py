@@ -1,5 +1,5 @@
 """The Snowflake client: WebRTC peers from the broker, Turbo Tunnel over them
-(snowflake.md §3.7; Tor's ``client/lib``).
+(docs/transports/snowflake.md §4; Tor's ``client/lib``).
 
 Per connection (one SOCKS request, as in Tor's 2.5.1 client):
 

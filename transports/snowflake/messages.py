@@ -1,7 +1,7 @@
 """Snowflake's rendezvous messages: proxy↔broker "1.3" and client↔broker "1.0".
 
 Restated from Tor's ``common/messages`` (Snowflake 2.5.1, unchanged in 2.14.1
-apart from ``NextPoll``; snowflake.md §1.2–§1.4). The bytes matter: Debian's
+apart from ``NextPoll``; docs/transports/snowflake.md §2.2–§2.4). The bytes matter: Debian's
 ``snowflake-proxy`` and ``snowflake-client`` talk to our broker, and our proxy
 and client to theirs, so encoders emit Go's ``encoding/json`` field order and
 decoders accept what Go's would:

@@ -2,7 +2,7 @@
 
 Why: the broker matches clients behind restricted NATs only with proxies that
 can take any peer ("unrestricted"), so a proxy must learn its own NAT type.
-Tor's proxy asks the probetest service (snowflake.md §2.5) and so do we, with
+Tor's proxy asks the probetest service (docs/transports/snowflake.md §3.5) and so do we, with
 the same exchange, so either proxy can use either service:
 
 * the proxy makes an offer with a data channel labelled ``test``, gathers, and

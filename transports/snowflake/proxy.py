@@ -1,6 +1,6 @@
 """The Snowflake volunteer proxy (aiortc): poll the broker, answer offers, relay.
 
-Behaviour follows Tor's standalone proxy (``proxy/lib``; snowflake.md §2):
+Behaviour follows Tor's standalone proxy (``proxy/lib``; docs/transports/snowflake.md §3):
 1.3 polls with a Sid kept across "no match" polls and renewed after a match;
 the broker's ``NextPoll`` (2.14) or a 5 s interval between polls; an answer
 only after ICE gathering completes (no trickle), with local candidates
@@ -12,7 +12,7 @@ The defaults are Tor's public settings, so a volunteer can run it as is;
 tests always override them. Client addresses never reach the log unless
 ``unsafe_logging`` is set. aiortc's DTLS and SDP differ from pion's (aiortc
 offers other ciphers and groups, three fingerprints, real ports in ``m=``):
-a censor can tell this proxy from Tor's (README).
+a censor can tell this proxy from Tor's (docs/lab/transports.md §3.4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Relay hostname patterns: which bridges a proxy agrees to relay to.
 
-Snowflake's anti-abuse rule (``common/namematcher``; snowflake.md §1.5). A
+Snowflake's anti-abuse rule (``common/namematcher``; docs/transports/snowflake.md §2.6). A
 pattern ends with ``$`` (by convention; the parser does not insist). A
 leading ``^`` means "exactly this host"; otherwise it is a plain suffix match
 with no dot boundary, so ``torproject.net$`` matches ``eviltorproject.net``,

@@ -1,5 +1,5 @@
 """The client's exchange of an SDP offer for an answer through the broker
-(snowflake.md §1.4, §1.6, §3.7).
+(docs/transports/snowflake.md §2.4, §2.7, §4.2).
 
 Three ways to reach the broker, as Tor's client has:
 

@@ -1,4 +1,5 @@
-"""What a Snowflake proxy reads from and strips out of SDP (snowflake.md §2.3–§2.4).
+"""What a Snowflake proxy reads from and strips out of SDP
+(docs/transports/snowflake.md §3.3–§3.4).
 
 * ``client_ip``: the proxy tells the bridge where its client is (for Tor's
   per-country metrics and ExtORPort ``USERADDR``): the first non-local address

@@ -1,5 +1,5 @@
 """The Snowflake bridge: WebSocket in, Turbo Tunnel, and each smux stream out to
-a destination or to tor (snowflake.md §3.2-§3.6).
+a destination or to tor (docs/transports/snowflake.md §5; docs/transports/turbotunnel.md §2, §6).
 
 A proxy opens a WebSocket (any path, ``?client_ip=`` optional) and relays the
 data channel's bytes into it. The bridge reads the 8-byte token and 8-byte

@@ -1,7 +1,7 @@
 """Learning censors: flow classifiers in the style of Wang et al., CCS 2015.
 
 Wang, Dyer, Akella, Ristenpart and Shrimpton ("Seeing through Network-Protocol
-Obfuscation", censors.md §4.1) showed that a censor needs no per-transport
+Obfuscation", docs/censors/ml.md §1) showed that a censor needs no per-transport
 signature: an entropy-distribution test with a length rule on the first
 client message separates obfs3/obfs4 from ordinary traffic, and decision
 trees over simple features of a flow's first 30 packets catch meek.

@@ -1,4 +1,4 @@
-"""DTLS parsing and Russia's pion/dtls rules (censors.md §4.3).
+"""DTLS parsing and Russia's pion/dtls rules (docs/censors/fingerprints.md §2).
 
 The pion fixtures are synthesized from pion/dtls's own marshalling code (the layouts are
 spelled out next to each builder), the browser ones from what Chrome (BoringSSL) and

@@ -1,12 +1,12 @@
-"""The FET exemption rules (Wu et al., USENIX Security 2023, Algorithm 1; censors.md §2).
+"""The FET exemption rules (Wu et al., USENIX Security 2023, Algorithm 1; docs/censors/fet.md §2).
 
-T-FET-1 of censors.md §2.5: every rule pinned on both sides of its threshold,
+T-FET-1 of docs/censors/fet.md §8.1: every rule pinned on both sides of its threshold,
 with payloads built so that only the rule under test changes. Where the
 authors' artifact (gfw-report/usenixsecurity23-artifact@04df911) holds a
 probe design with *measured* GFW outcomes, the same construction is replayed
-here and must give the measured answer. Then the §2.3 derived numbers, and a
-property-based cross-check of exemption() against features() and against a
-deliberately naive re-measurement.
+here and must give the measured answer. Then the derived numbers of
+docs/censors/fet.md §5, and a property-based cross-check of exemption() against
+features() and against a deliberately naive re-measurement.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def test_rules_are_reported_in_order():
 
 @pytest.mark.parametrize("repeat", [50, 100])
 def test_forty_single_byte_patterns_are_not_exempt_all_with_popcount_4(repeat):
-    """censors.md §2.3; measured too (artifacts/test-entropy/test-entropy.out, 2023-02-13,
+    """docs/censors/fet.md §5.1; measured too (artifacts/test-entropy/test-entropy.out, 2023-02-13,
     50 repetitions): 40 of 256 patterns blocked. They are exactly the 70 popcount-4
     bytes minus the 30 printable ones (Ex2–Ex4 exempt those)."""
     blocked = {b for b in range(256) if fet.exemption(bytes([b]) * repeat) is None}
@@ -260,7 +260,7 @@ def test_forty_single_byte_patterns_are_not_exempt_all_with_popcount_4(repeat):
 
 
 def test_first_packet_of_one_byte():
-    # censors.md §2.1: "\x21" then 200 random bytes in a second packet was never blocked:
+    # docs/censors/fet.md §2.2: "\x21" then 200 random bytes in a second packet was never blocked:
     # only the first packet counts, and one byte of popcount 2 is exempt by Ex1.
     assert fet.exemption(b"\x21") == "ex1"
 
@@ -278,11 +278,11 @@ def test_every_one_and_two_byte_payload():
     assert got == expected
 
 
-# -- §2.3 derived numbers -------------------------------------------------------------------
+# -- derived numbers (docs/censors/fet.md §5) ----------------------------------------------
 
 
 def test_authors_default_payload_is_not_exempt():
-    """censors.md §2.3: popcount/len 4.10, no leading printable byte, longest run 3,
+    """docs/censors/fet.md §5.3: popcount/len 4.10, no leading printable byte, longest run 3,
     printable fraction 0.40: not exempt (detect.py agrees)."""
     f = fet.features(AUTHORS_PAYLOAD)
     assert (f.length, f.leading_printable, f.longest_printable_run, f.protocol) == (50, 0, 3, None)
@@ -291,7 +291,7 @@ def test_authors_default_payload_is_not_exempt():
     assert fet.exemption(bytes(50)) == "ex1"       # the authors' all-zero control payload
 
 
-# P(not exempt) for uniformly random payloads of length L: censors.md §2.3 (20,000-sample
+# P(not exempt) for uniformly random payloads of length L: docs/censors/fet.md §5.2 (20,000-sample
 # Monte Carlo) and exact values from a dynamic programme over (popcount, printable count,
 # leading printable) that ignores Ex4/Ex5 (each below 1e-5 here); for L=200, where Ex1 is
 # below 1e-8 too, from binomial tails: P(≤100 printable) − (95/256)^6·P(≤94 of the other 194).
@@ -310,7 +310,7 @@ def test_random_payload_exemption_rates_match_the_derived_table(length, table, e
 
 
 def test_blocking_constants_and_the_geometric_facts():
-    """censors.md §2.1 (p = 26.3 %, residual 120 or 180 s) and §2.3's geometric numbers."""
+    """docs/censors/fet.md §3.1, §3.2 (p = 26.3 %, residual 120 or 180 s) and §5.4 (geometric)."""
     p = fet.P_BLOCK
     assert p == 0.263 and fet.RESIDUAL_CHOICES_S == (120, 180)
     assert round(1 - (1 - p) ** 5, 3) == 0.783
@@ -347,7 +347,8 @@ def test_features_json_and_longest_run_edges():
 
 def test_random_1000_byte_payloads_sanity():
     # Throughput is a benchmark concern (benchmarks/censor.py); here only that a batch
-    # of MTU-sized random payloads classifies as §2.3 says (P(not exempt) ≈ 0.997).
+    # of MTU-sized random payloads classifies as docs/censors/fet.md §5.2 says
+    # (P(not exempt) ≈ 0.997).
     rng = random.Random(7)
     verdicts = Counter(fet.exemption(rng.randbytes(1000)) for _ in range(2000))
     assert verdicts[None] >= 1970 and set(verdicts) <= {None, "ex2", "ex3"}

@@ -1,4 +1,4 @@
-"""Geneva's twelve lab censors, packet by packet (censors.md §1.2).
+"""Geneva's twelve lab censors, packet by packet (docs/censors/geneva.md §2).
 
 Packets are built with scapy and parsed by :mod:`censor_sim.packet`, so the
 censors see real bytes, checksums included. Each censor must censor the plain
@@ -143,7 +143,8 @@ def test_censor1_drops_everything_from_the_client_for_good_but_not_the_server():
 
 @pytest.mark.parametrize("name", ["censor1", "censor2", "censor3", "censor5"])
 def test_a_syn_with_a_bogus_seq_desynchronises_the_single_tcb(name):
-    """censors.md §1.2: censor1-5 resynchronise on *every* pure SYN, whoever sends it."""
+    """docs/censors/geneva.md §2.2: censor1-5 resynchronise on *every* pure SYN, whoever
+    sends it."""
     censor, conn = geneva.make(name), Conn()
     feed(censor, conn.handshake())
     censor.process(conn.c("S", seq=conn.cseq + 5000))  # insertion: the server ignores it

@@ -1,4 +1,4 @@
-"""Iran's 2020 protocol filter fingerprints (Bock et al., FOCI 2020; censors.md §7.2)."""
+"""Iran's 2020 protocol filter fingerprints (Bock et al., FOCI 2020; docs/censors/iran.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Flow statistics (censors.md §4.1, Wang et al. CCS 2015): byte statistics and FlowStats."""
+"""Flow statistics (docs/censors/ml.md §1, Wang et al. CCS 2015): byte statistics and FlowStats."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from siphash24 import siphash24
 from transports.common.drbg import SEED_LENGTH, DrbgSeed, HashDrbg, Rand
 
 # jmwample/ptrs crates/obfs4/src/common/drbg.rs::sample_compat_compare: Int63 outputs
-# of Go's HashDrbg (obfs4.md §10). They match only the cumulative form.
+# of Go's HashDrbg (docs/transports/obfs4.md §9). They match only the cumulative form.
 GO_INT63_VECTORS = [
     ("000000000000000000000000000000000000000000000000",
      [7432626515892259304, 5773523046280711756, 4537542203639783680]),

@@ -36,7 +36,7 @@ def test_the_repositorys_seeded_hkdf_selection_vector():
 
 
 def test_v6_selection_stays_in_the_chosen_groups_v6_subnets():
-    """TestPhantomsV6Hkdf asks only for an IPv6 address; meek_conjure.md §2.4 records
+    """TestPhantomsV6Hkdf asks only for an IPv6 address; docs/transports/conjure.md §3.4 records
     this value from the same algorithm (not a repository vector)."""
     phantom = select_phantom(REPO_SEED, REPO_CONFIG, v6=True, client_lib_version=2)
     assert phantom.address.version == 6
@@ -47,7 +47,8 @@ def test_v6_selection_stays_in_the_chosen_groups_v6_subnets():
 def test_random_port_above_the_transport_floor():
     cfg = PhantomConfig([SubnetGroup.parse(1, ["198.18.200.0/24"], randomize_dst_port=True)])
     phantom = select_phantom(REPO_SEED, cfg, v6=False)
-    assert select_port(REPO_SEED, "min", phantom, randomize=True) == 45649  # §2.4's value
+    # the port docs/transports/conjure.md §3.4 gives
+    assert select_port(REPO_SEED, "min", phantom, randomize=True) == 45649
     assert select_port(REPO_SEED, "min", phantom, randomize=False) == 443
     fixed = PhantomConfig([SubnetGroup.parse(1, ["198.18.200.0/24"])])
     assert select_port(REPO_SEED, "obfs4", select_phantom(REPO_SEED, fixed, False), True) == 443

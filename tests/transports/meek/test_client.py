@@ -74,7 +74,7 @@ async def session_over_socketpair(rt, clock):
 
 async def test_idle_polls_follow_meek_lites_schedule():
     """After a round trip that moved data: at once, then 100 ms, x1.5 each, capped at 5 s
-    (meek_conjure.md §1.1: meek_lite's polls reached the server 118/166/239/353 ms apart,
+    (docs/transports/meek.md §2.2: meek_lite's polls reached the server 118/166/239/353 ms apart,
     that is this schedule plus ~15 ms of RTT and turnaround)."""
     clock = VirtualClock()
     rt = ScriptedServer(clock, [(200, b"welcome")], stop_after=16)

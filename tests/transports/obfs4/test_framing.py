@@ -38,8 +38,9 @@ def backend(request, monkeypatch):
 
 
 def reference_frames(km: bytes, payloads: list[bytes]) -> bytes:
-    """obfs4.md §2 written out naively: PyNaCl's padded secretbox, SipHash rehashing
-    the whole block history for every mask, nonce = prefix | BE64(counter from 1)."""
+    """docs/transports/obfs4.md §3 written out naively: PyNaCl's padded secretbox,
+    SipHash rehashing the whole block history for every mask, nonce = prefix |
+    BE64(counter from 1)."""
     key, prefix, sip_key, block = km[:32], km[32:48], km[48:64], km[64:72]
     history = block
     out = b""

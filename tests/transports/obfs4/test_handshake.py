@@ -1,7 +1,7 @@
 """The obfs4 handshake messages: round trips, acceptance rules, robustness, and obfs4proxy interop.
 
 The acceptance rules mirror what was measured against Debian's obfs4proxy 0.0.14
-(obfs4.md §1.6): client pad 77..8128 accepted, 76 and 8129 not; epoch hour ±1
+(docs/transports/obfs4.md §2.6): client pad 77..8128 accepted, 76 and 8129 not; epoch hour ±1
 accepted, ±2 not; replays and trailing bytes not.
 """
 
@@ -301,7 +301,8 @@ class _Echo(socketserver.BaseRequestHandler):
 
 
 class _Framer:
-    """Just enough obfs4 framing (obfs4.md §2-3) to check the derived keys end to end."""
+    """Just enough obfs4 framing (docs/transports/obfs4.md §3–4) to check the derived
+    keys end to end."""
 
     def __init__(self, half: bytes) -> None:
         self.box = SecretBox(half[:32])

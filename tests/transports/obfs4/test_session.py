@@ -4,8 +4,8 @@ A peer that completed the handshake (or an on-path attacker flipping bytes, whic
 the frames' Poly1305 tags catch) can send corrupted, truncated, oversize or
 malformed frames. Each must end the session: the application's reader gets what
 decoded before the bad frame, then EOF or a ConnectionError; the socket is
-closed; nothing raises into the event loop's exception handler (obfs4.md §1.6
-last bullet, §2). The peers here are hand-made from the handshake and framing
+closed; nothing raises into the event loop's exception handler
+(docs/transports/obfs4.md §3.4). The peers here are hand-made from the handshake and framing
 modules, so they know the session keys and can send exactly the bytes a test
 needs.
 """

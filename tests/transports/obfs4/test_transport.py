@@ -3,7 +3,7 @@
 The server runs with short timers (ServerPolicy is a parameter so tests need not
 wait 300 s): every probe must get zero bytes and a FIN no earlier than
 ``unauth_timeout_s`` and no later than ``unauth_timeout_s + unauth_jitter_s`` (plus
-scheduling slack), or right after the prober itself closes (obfs4.md §1.6, and the
+scheduling slack), or right after the prober itself closes (docs/transports/obfs4.md §2.6, and the
 stricter policy in transports/obfs4/transport.py's docstring).
 """
 

@@ -1,5 +1,6 @@
-"""UniformDH against obfs4proxy's known answers (common/uniformdh/uniformdh_test.go,
-obfs4.md §10): an odd and an even private key, their public keys, the shared secret."""
+"""UniformDH against obfs4proxy's known answers (common/uniformdh/uniformdh_test.go;
+docs/transports/scramblesuit.md §2.1): an odd and an even private key, their public
+keys, the shared secret."""
 
 from __future__ import annotations
 

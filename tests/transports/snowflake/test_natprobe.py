@@ -1,6 +1,6 @@
-"""The NAT probe exchange (Tor's probetest, snowflake.md §2.5) on loopback: our probe
-client against our probe service, Tor's message shapes, the three outcomes, and
-the proxy reporting what it learned in its polls."""
+"""The NAT probe exchange (Tor's probetest, docs/transports/snowflake.md §3.5) on
+loopback: our probe client against our probe service, Tor's message shapes, the
+three outcomes, and the proxy reporting what it learned in its polls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""client_ip from an offer, and local candidates stripped from an answer (snowflake.md §2.4)."""
+"""client_ip from an offer, and local candidates stripped from an answer
+(docs/transports/snowflake.md §3.3–§3.4)."""
 
 from __future__ import annotations
 

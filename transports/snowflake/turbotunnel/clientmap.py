@@ -1,5 +1,5 @@
 """The bridge's per-ClientID state: what lets a Turbo Tunnel session outlive
-the WebSocket (and so the proxy) it arrived on (snowflake.md §3.6).
+the WebSocket (and so the proxy) it arrived on (docs/transports/turbotunnel.md §6).
 
 Tor's bridge keeps, per ClientID, a 512-packet outgoing queue that any
 WebSocket carrying that ClientID drains, and a KCP session keyed by the

@@ -5,7 +5,7 @@ Each chunk is a length prefix and that many bytes. The first prefix byte is
 ``c`` = 1 if another length byte follows; each following byte is
 ``c y y y y y y y``. At most three prefix bytes, so a chunk holds at most
 2^20 - 1 bytes. Writers emit the shortest prefix; readers also accept longer
-ones (snowflake.md §3.3). The WebSocket or data channel below is a byte stream
+ones (docs/transports/turbotunnel.md §2.1). The WebSocket or data channel below is a byte stream
 without message boundaries, so :class:`Decoder` takes bytes split anywhere.
 """
 

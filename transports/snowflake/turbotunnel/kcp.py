@@ -1,4 +1,5 @@
-"""KCP as Snowflake configures kcp-go, driven from asyncio (kcp.md §5, snowflake.md §3.4).
+"""KCP as Snowflake configures kcp-go, driven from asyncio
+(docs/transports/turbotunnel.md §3.2, §3.4).
 
 The protocol engine is ``siokcp`` (a sans-io binding of ikcp.c), which is
 wire-compatible with kcp-go without crypto or FEC. This module only drives it:
@@ -7,7 +8,7 @@ wire-compatible with kcp-go without crypto or FEC. This module only drives it:
   Snowflake's 0 to 10), no fast resend, no congestion window, MTU 1400, and a
   100 ms minimum RTO: Snowflake's ``SetNoDelay(0, 0, 0, 1)``;
 * one local difference: kcp-go backs the RTO off *additively* (``rto +=
-  rx_rto`` per retry, snowflake.md §3.4) where ikcp.c with nodelay 0 doubles
+  rx_rto`` per retry, docs/transports/turbotunnel.md §3.3) where ikcp.c with nodelay 0 doubles
   it, which after a 20 s proxy outage would add tens of seconds of stall. We
   ask ikcp for its additive back-off (nodelay 2: ``rto += rx_rto / 2``) and
   put the minimum RTO back to 100 ms. None of this is visible on the wire;

@@ -1,5 +1,5 @@
 """The client's side of Turbo Tunnel: one long-lived session over a sequence of
-short-lived carriers (snowflake.md §3.7; Tor's ``RedialPacketConn``).
+short-lived carriers (docs/transports/turbotunnel.md §5; Tor's ``RedialPacketConn``).
 
 A *carrier* is one proxy connection (a WebRTC data channel, or a WebSocket in
 tests): something that sends and receives messages. :class:`TurboTunnelSession`

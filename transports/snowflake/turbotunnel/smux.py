@@ -1,4 +1,5 @@
-"""smux protocol version 2, as Snowflake runs it inside KCP (xtaci/smux; snowflake.md §3.5).
+"""smux protocol version 2, as Snowflake runs it inside KCP (xtaci/smux;
+docs/transports/turbotunnel.md §4).
 
 Frames have an 8-byte little-endian header, ``ver | cmd | length u16 | sid u32``:
 SYN opens a stream, FIN closes one direction, PSH carries data, NOP is a

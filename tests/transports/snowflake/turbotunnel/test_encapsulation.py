@@ -16,7 +16,8 @@ from transports.snowflake.turbotunnel.encapsulation import (
 
 
 def test_prefixes_seen_on_the_wire():
-    """snowflake.md §3.3: ``a0`` before a 32-byte KCP packet, ``c0 54`` before 84 bytes."""
+    """``a0`` before a 32-byte KCP packet, ``c0 54`` before 84 bytes
+    (docs/transports/turbotunnel.md §2.1)."""
     assert encode(bytes(32))[:1] == b"\xa0"
     assert encode(bytes(84))[:2] == b"\xc0\x54"
     assert encode(bytes(63))[:1] == b"\xbf"

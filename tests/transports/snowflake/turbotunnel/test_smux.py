@@ -59,7 +59,8 @@ def sessions(config: Config | None = None) -> tuple[Session, Session, End, End]:
 
 
 def test_frames_seen_from_debian_snowflake_client():
-    """snowflake.md §3.5: SYN sid=3, PSH sid=3 "HELLO-SNOWFLAKE-TEST", NOP sid=0."""
+    """SYN sid=3, PSH sid=3 "HELLO-SNOWFLAKE-TEST", NOP sid=0
+    (docs/transports/turbotunnel.md §4.4)."""
     assert Frame(2, SYN, 3).pack() == bytes.fromhex("0200000003000000")
     assert Frame(2, PSH, 3, b"HELLO-SNOWFLAKE-TEST").pack() == \
         bytes.fromhex("0202140003000000") + b"HELLO-SNOWFLAKE-TEST"
