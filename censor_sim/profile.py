@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ptcommon.suggest import did_you_mean
+
 TOP_KEYS = {"name", "description", "source", "detectors", "policy", "actions", "prober",
             "datapath"}
 KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "none", "probe", "inject_dns",
@@ -69,7 +71,8 @@ def profile_path(name: str) -> Path:
         return p
     cand = profiles_dir() / f"{name}.toml"
     if not cand.exists():
-        raise ProfileError(f"unknown censor profile {name!r} (known: {', '.join(available())})")
+        raise ProfileError(f"unknown censor profile {name!r}{did_you_mean(name, available())} "
+                           f"(known: {', '.join(available())})")
     return cand
 
 
@@ -80,7 +83,8 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str)
         path = f"{where}.{key}"
         if key not in out:
             known = ", ".join(sorted(out)) or "none"
-            raise ProfileError(f"{path}: unknown parameter (known here: {known})")
+            raise ProfileError(f"{path}: unknown parameter{did_you_mean(key, out)} "
+                               f"(known here: {known})")
         if isinstance(out[key], dict):
             if not isinstance(val, dict):
                 raise ProfileError(f"{path}: expected a table")

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from datetime import datetime
+from importlib import metadata
 from pathlib import Path
 
 from netns import cleanup
@@ -24,6 +25,13 @@ from netns.topology import default_topology
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO / "experiments" / "default.toml"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ptlab")
+    except metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
 
 
 def _die(msg: str, code: int = 2) -> int:
@@ -51,6 +59,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
     spec = load_spec(Path(args.spec), plugins.available(), profiles_available())
+    if args.check:
+        return _check_spec(spec)
+    for warning in spec.warnings if not args.quick else []:
+        print(f"ptlab: warning: {warning}", file=sys.stderr)
     if args.quick:
         spec.repetitions = 1
         spec.workloads.bulk_size = min(spec.workloads.bulk_size, 1_000_000)
@@ -72,6 +84,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         for f in outcome.failed_expectations:
             print(f"ptlab: expectation failed: {f}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _check_spec(spec) -> int:
+    """``ptlab run --check``: everything a run would refuse, found without a lab."""
+    from censor_sim.profile import ProfileError, load_profile
+
+    from . import plugins
+
+    for name, opts in spec.transports.items():
+        try:
+            plugins.get(name).check_options(opts)
+        except (KeyError, ValueError) as exc:
+            return _die(f"{spec.path}: transports.{name}: {exc}")
+    for column in spec.censors:
+        profile, overrides = spec.censor_profile(column)
+        try:
+            load_profile(profile, overrides)
+        except ProfileError as exc:
+            return _die(f"{spec.path}: censors.{column}: {exc}")
+    cells = len(spec.transports) * len(spec.censors)
+    print(f"{spec.path}: ok: {len(spec.transports)} transports x {len(spec.censors)} censors "
+          f"= {cells} cells, {spec.repetitions} repetitions each")
+    for warning in spec.warnings:
+        print(f"warning: {warning}")
     return 0
 
 
@@ -247,6 +284,32 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     return 1 if outcome.integrity_failures or outcome.failed_expectations else 0
 
 
+# --- ptlab list ----------------------------------------------------------------
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """What a spec may name: transports (lab rows), censor profiles, workloads."""
+    if args.what == "transports":
+        from . import plugins
+
+        names = plugins.available()
+        width = max(map(len, names))
+        for name in names:
+            print(f"{name:<{width}}  {plugins.get(name).description}")
+    elif args.what == "profiles":
+        from censor_sim.profile import available, load_profile
+
+        for name in available():
+            prof = load_profile(name)
+            print(f"{name}\n    {' '.join(prof.description.split())}\n"
+                  f"    source: {' '.join(prof.source.split())}")
+    else:
+        from .workloads import CATALOGUE
+
+        for name, (what, keys) in CATALOGUE.items():
+            print(f"{name:<10} {what}\n{'':<10} [workloads] {keys}")
+    return 0
+
+
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -330,8 +393,13 @@ def cmd_export_shadow(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ptlab", description="Censorship-resistance transport lab.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="ptlab", description="Censorship-resistance transport lab: real transports "
+        "against a simulated censor in Linux network namespaces.",
+        epilog="ptlab list transports|profiles|workloads shows what a spec may name; "
+               "ptlab run --check SPEC validates a spec without a lab.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run an experiment spec (transports x censors)",
                        description="Run an experiment: bring a lab up, run every cell of "
@@ -342,7 +410,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quick", action="store_true",
                    help="one repetition and a small bulk size (CI's quick form)")
     r.add_argument("--lab-id", help="lab id to use (1-4 of a-z0-9; default random)")
+    r.add_argument("--check", action="store_true",
+                   help="validate the spec, its transports' options and its censors' "
+                        "overrides, then exit (no lab, no root)")
     r.set_defaults(fn=cmd_run)
+
+    ls = sub.add_parser("list", help="list transports, censor profiles or workloads",
+                        description="List what an experiment spec may name: the lab's "
+                                    "transport rows, the censor profiles (each with the "
+                                    "source it reproduces) or the workloads.")
+    ls.add_argument("what", choices=("transports", "profiles", "workloads"))
+    ls.set_defaults(fn=cmd_list)
 
     lab = sub.add_parser("lab", help="manage labs (namespaces)",
                          description="Bring the default topology up, down, or look inside.")
@@ -355,7 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("id", nargs="?", help="lab id to remove even if its owner lives")
     down.add_argument("--all", action="store_true", help="remove every lab")
     down.set_defaults(fn=cmd_lab_down)
-    st = lsub.add_parser("status", help="list labs and their owners")
+    st = lsub.add_parser("status", help="list labs and their owners",
+                         description="List every ptl lab on this machine: its id, its "
+                                     "owner process and whether that owner is alive "
+                                     "(an orphan is what ptlab lab down removes).")
     st.set_defaults(fn=cmd_lab_status)
     ex = lsub.add_parser("exec", help="run a command in a lab node: lab exec NODE -- CMD")
     ex.add_argument("--id", help="lab id (needed when several labs are up)")
@@ -370,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     pt.set_defaults(fn=cmd_pt)
 
     sub.add_parser("snowflake-proxy", help="run our Snowflake volunteer proxy (see "
-                   "ptlab snowflake-proxy -h)", add_help=False)
+                   "ptlab snowflake-proxy -h)", add_help=False,
+                   description="Our Snowflake volunteer proxy, with the Go proxy's "
+                               "single-dash flags; ptlab snowflake-proxy -h lists them.")
 
     cen = sub.add_parser("censor", help="run a censor profile on real interfaces",
                          description="Run one censor profile on this host's interfaces "
@@ -438,11 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
     vrun.add_argument("--quick", action="store_true", help="one repetition, small bulk size")
     vrun.add_argument("--lab-id", help="lab id of the --split namespaces (default random)")
     vrun.set_defaults(fn=cmd_vm_run)
-    vdown = vsub.add_parser("down", help="vagrant destroy -f: remove the three VMs")
+    vdown = vsub.add_parser("down", help="vagrant destroy -f: remove the three VMs",
+                            description="Destroy the three VMs of the Vagrantfile "
+                                        "(vagrant destroy -f); their disks go with them.")
     vdown.set_defaults(fn=cmd_vm_down)
 
-    rep = sub.add_parser("report", help="render report.html for a results directory")
-    rep.add_argument("results_dir")
+    rep = sub.add_parser("report", help="render report.html for a results directory",
+                         description="Print a run's results table and (re)write its "
+                                     "report.html from results.json, e.g. after upgrading "
+                                     "ptlab or to render a run copied from elsewhere.")
+    rep.add_argument("results_dir", help="a directory ptlab run wrote (holds results.json)")
     rep.set_defaults(fn=cmd_report)
     return p
 
@@ -462,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
         return _die(str(exc))
     except KeyboardInterrupt:
         return _die("interrupted", 130)
+    except BrokenPipeError:  # `ptlab list profiles | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

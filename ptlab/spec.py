@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ptcommon.suggest import did_you_mean
+
 # What a spec may expect of a cell (ERROR is never an expectation: it means the lab failed).
 EXPECTABLE = ("reachable", "blocked")
 
@@ -61,6 +63,8 @@ class Spec:
     workloads: Workloads = field(default_factory=Workloads)
     expect: list[Expectation] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
+    # Things that are allowed but probably not meant, shown before a run.
+    warnings: list[str] = field(default_factory=list)
 
     def cells(self) -> list[tuple[str, str]]:
         return [(t, c) for t in self.transports for c in self.censors]
@@ -77,7 +81,8 @@ def _check(table: Any, where: str, allowed: dict[str, type | tuple[type, ...]]) 
     for key, val in table.items():
         path = f"{where}.{key}" if where else key
         if key not in allowed:
-            raise SpecError(f"{path}: unknown key (allowed: {', '.join(sorted(allowed))})")
+            raise SpecError(f"{path}: unknown key{did_you_mean(key, allowed)} "
+                            f"(allowed: {', '.join(sorted(allowed))})")
         want = allowed[key]
         if isinstance(val, bool) and want is not bool and bool not in (
                 want if isinstance(want, tuple) else (want,)):
@@ -94,6 +99,9 @@ def _tname(t: type | tuple[type, ...]) -> str:
 
 
 NUM = (int, float)
+
+#: Fewer repetitions than this give intervals too wide to read; the loader warns.
+MIN_REPETITIONS_FOR_INTERVALS = 3
 
 
 def parse_spec(data: dict[str, Any], path: Path | None = None,
@@ -119,6 +127,11 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
     spec.repetitions = exp.get("repetitions", 3)
     if not 1 <= spec.repetitions <= 100:
         raise SpecError("experiment.repetitions: must be between 1 and 100")
+    if spec.repetitions < MIN_REPETITIONS_FOR_INTERVALS:
+        spec.warnings.append(
+            f"experiment.repetitions = {spec.repetitions}: intervals need at least "
+            f"{MIN_REPETITIONS_FOR_INTERVALS} repetitions (with 2 the t factor is 12.7); "
+            "the report shows the repetitions' points instead")
     spec.budget_s = float(exp.get("budget_s", 600))
     if spec.budget_s <= 0:
         raise SpecError("experiment.budget_s: must be positive")
@@ -137,7 +150,8 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
         raise SpecError("transports: at least one transport is needed")
     for name, opts in transports.items():
         if known_transports is not None and name not in known_transports:
-            raise SpecError(f"transports.{name}: unknown transport "
+            raise SpecError(f"transports.{name}: unknown transport"
+                            f"{did_you_mean(name, known_transports)} "
                             f"(known: {', '.join(known_transports)})")
         if not isinstance(opts, dict):
             raise SpecError(f"transports.{name}: expected a table")
@@ -151,7 +165,8 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
             raise SpecError(f"censors.{name}: expected a table")
         prof = opts.get("profile", name)
         if known_profiles is not None and prof not in known_profiles:
-            raise SpecError(f"censors.{name}: unknown censor profile {prof!r} "
+            raise SpecError(f"censors.{name}: unknown censor profile {prof!r}"
+                            f"{did_you_mean(prof, known_profiles)} "
                             f"(known: {', '.join(known_profiles)})")
     spec.censors = censors
     if known_profiles is not None:
@@ -228,7 +243,7 @@ class Checker:
             raise SpecError(f"{self.where}: {path}: expected a table")
         for k in t:
             if k not in allowed:
-                raise SpecError(f"{self.where}: {path}.{k}: unknown key "
+                raise SpecError(f"{self.where}: {path}.{k}: unknown key{did_you_mean(k, allowed)} "
                                 f"(allowed: {', '.join(sorted(allowed))})")
         return t
 
