@@ -182,9 +182,12 @@ class Engine:
         rule = self.rules.get(m.detector)
         acts = rule.actions if rule else ["none"]
         fire = rule is not None and (rule.probability >= 1 or self.rng.random() < rule.probability)
+        since_data = (None if flow.first_data is None
+                      else round(self.flows.clock() - flow.first_data, 6))
         self.effects.event("detection", detector=m.detector, flow=flow.to_json(),
                            evidence=m.evidence, actions=acts if fire else [],
-                           probability=rule.probability if rule else None)
+                           probability=rule.probability if rule else None,
+                           data_packet=flow.c2s_data_packets, since_first_data_s=since_data)
         if not fire or acts == ["none"]:
             return None  # a miss: other inspectors may still match
         self.stats["actions"] += 1

@@ -60,6 +60,10 @@ class Flow(KeyedFlow):
     c2s_payloads: list[bytes] = field(default_factory=list)
     s2c_payloads: list[bytes] = field(default_factory=list)
     packets: int = 0
+    # Client→server packets with payload so far, and when the first arrived: a
+    # detection says which data packet it fired on, and how long after the first.
+    c2s_data_packets: int = 0
+    first_data: float | None = None
     # Per-detector scratch state and which detectors are finished with this flow.
     state: dict[str, Any] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
@@ -110,6 +114,10 @@ class FlowTable:
         flow.last_seen = now
         flow.packets += 1
         flow.stats.add(1 if c2s else -1, len(pkt.payload), now - flow.first_seen)
+        if pkt.payload and c2s:
+            flow.c2s_data_packets += 1
+            if flow.first_data is None:
+                flow.first_data = now
         if pkt.payload and flow.decided is None:
             buf, chunks = (flow.c2s, flow.c2s_payloads) if c2s else (flow.s2c, flow.s2c_payloads)
             if not chunks:

@@ -21,6 +21,10 @@ from .topology import Topology
 
 ETC_NETNS = Path("/etc/netns")
 
+#: The source ports the kernel picks from in every lab namespace (Linux's default,
+#: set explicitly): ports above it are left for flows the lab opens and labels.
+EPHEMERAL_PORTS = (32768, 60999)
+
 
 class Lab:
     """A running (or about to run) lab: a topology, an id, and its namespaces."""
@@ -132,7 +136,10 @@ class Lab:
             raise LabError(f"links of {', '.join(pending)} did not come up in {timeout:.0f}s")
 
     def _sysctls(self, role: str, router: bool) -> None:
+        low, high = EPHEMERAL_PORTS
         sysctls = [
+            # Explicit, so ports above it are free for flows the lab labels itself.
+            f"net.ipv4.ip_local_port_range={low} {high}",
             "net.ipv6.conf.all.accept_dad=0",
             "net.ipv6.conf.default.accept_dad=0",
             "net.ipv6.conf.all.accept_ra=0",

@@ -35,11 +35,18 @@ READY_PATTERN = r'"event": "ready"'
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
 
 
+def event_record(component: str, event: str, ts: float | None = None,
+                 **fields: Any) -> dict[str, Any]:
+    """One event as a dict, stamped now unless ``ts`` (epoch seconds) is given."""
+    record = {"ts": round(time.time() if ts is None else ts, 6), "component": component,
+              "event": event}
+    record.update(fields)
+    return record
+
+
 def event_line(component: str, event: str, **fields: Any) -> str:
     """One event as its JSON line (no newline). Values JSON can't hold become strings."""
-    record = {"ts": round(time.time(), 6), "component": component, "event": event}
-    record.update(fields)
-    return json.dumps(record, default=str)
+    return json.dumps(event_record(component, event, **fields), default=str)
 
 
 class EventLog:

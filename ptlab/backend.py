@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from censor_sim.profile import Profile
 
+    from .flowroles import FlowRoles
     from .labservices import LabServices
     from .plugins.base import CellContext, Endpoint, Service
     from .workloads.cell import CellPlan, Measurement
@@ -54,6 +55,10 @@ class CellRun:
     censor: Process | None = None
     # Interfaces whose GSO was limited for this cell, restored when it stops.
     gso_limited: list[tuple[str, str]] = field(default_factory=list)
+    # Whose flow each censor event is about, and the runner's own events for the
+    # cell (its start and end, each repetition, each benign flow).
+    roles: FlowRoles | None = None
+    markers: list[dict[str, Any]] = field(default_factory=list)
 
 
 class LabBackend(ABC):
@@ -118,6 +123,14 @@ class LabBackend(ABC):
                 if "min/avg/max" in line:
                     return float(line.split("=")[1].split("/")[1])
         return None
+
+    def prober_networks(self) -> list[str]:
+        """Where the censor's prober connects from (its node and source pool): its
+        flows are told apart from the client's."""
+        try:
+            return self.role_addresses("prober")
+        except ValueError:  # no prober node in this lab
+            return []
 
     @abstractmethod
     def role_addresses(self, role: str) -> list[str]:

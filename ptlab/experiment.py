@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from censor_sim.profile import profile_path
+from censor_sim.profile import load_profile, profile_path
 
 from . import plugins
 from .report import render_report
 from .results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from .runner import LabRunner
-from .spec import Spec
+from .spec import Spec, flatten_keys
 from .terminal import print_results, progress
 
 
@@ -50,6 +53,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             # What each row runs (whose implementation, which stacks), for the report.
             prov["transports"] = {t: plugins.get(t).description for t in spec.transports}
             prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
+            prov["censors"] = censor_columns(spec)
             done: list = []
 
             def on_row(row) -> None:
@@ -74,3 +78,24 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
               for r in rows if r.expectation_met is False]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
                    runner.integrity_failures)
+
+
+def censor_columns(spec: Spec) -> dict[str, dict[str, Any]]:
+    """Per censor column: the profile, its cited source, the hash of its file and of
+    the effective profile (overrides applied), and each override beside the value
+    the profile's source gives. A report that hides an override (FET's p = 0.263
+    raised to 1.0) misreports the paper it cites."""
+    out: dict[str, dict[str, Any]] = {}
+    for column in spec.censors:
+        name, overrides = spec.censor_profile(column)
+        base = load_profile(name)
+        effective = load_profile(name, overrides)
+        base_keys = flatten_keys(base.to_dict())
+        out[column] = {
+            "profile": name, "source": base.source, "file_sha256": base.sha256,
+            "effective_sha256": hashlib.sha256(json.dumps(
+                effective.to_dict(), sort_keys=True, default=str).encode()).hexdigest(),
+            "overrides": [{"key": k, "value": v, "source_value": base_keys.get(k)}
+                          for k, v in flatten_keys(overrides).items()],
+        }
+    return out

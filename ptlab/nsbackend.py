@@ -164,6 +164,13 @@ class NamespaceBackend(LabBackend):
         assert self.lab
         return self.lab.addr(role)
 
+    def prober_networks(self) -> list[str]:
+        assert self.lab
+        node = self.lab.topology.nodes.get("prober")
+        if node is None:
+            return []
+        return self.lab.topology.addresses("prober") + list(node.extra_prefixes)
+
     def role_addresses(self, role: str) -> list[str]:
         assert self.lab
         if role not in self.lab.topology.nodes:

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import platform
 import shutil
@@ -28,7 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults.
+READABLE_SCHEMAS = (1, 2)
 
 RESULTS_JSON = "results.json"
 RESULTS_CSV = "results.csv"
@@ -41,7 +44,7 @@ PEER_BINARIES = ("obfs4proxy", "snowflake-proxy", "snowflake-client", "tor")
 #: ptlab's Python dependencies whose versions change measured behaviour.
 PYTHON_DEPS = ("aiortc", "scapy", "cryptography", "aiohttp")
 
-_CI_FIELDS = ("goodput_ci95", "latency_ci95")
+_CI_FIELDS = ("goodput_ci95", "latency_ci95", "reachability_ci95")
 
 
 @dataclass
@@ -52,19 +55,30 @@ class Row:
     censor: str
     status: str  # "reachable" | "blocked" | "ERROR"
     error: str | None = None
-    repetitions: int = 0
+    repetitions: int = 0  # n: bulk repetitions planned (and run, unless bootstrap failed)
+    repetitions_ok: int | None = None  # k: how many got through, byte-exact
+    reachability_ci95: tuple[float, float] | None = None  # Wilson interval of k/n
+    # One dict per repetition: repetition, ok, goodput_mbit_s, seconds, bytes, error, started.
+    repetition_outcomes: list[dict[str, Any]] = field(default_factory=list)
     bootstrap_s: float | None = None
-    goodput_mbps: float | None = None
-    goodput_ci95: tuple[float, float] | None = None
+    goodput_mbps: float | None = None  # geometric mean of the repetitions that got through
+    goodput_ci95: tuple[float, float] | None = None  # log-scale t interval; None below 2
     goodput_samples: list[float] = field(default_factory=list)
     latency_ms: float | None = None  # median
-    latency_ci95: tuple[float, float] | None = None
+    latency_ci95: tuple[float, float] | None = None  # the median's order-statistic interval
+    latency_ci_level: float | None = None  # the coverage that interval reaches
     latency_samples: list[float] = field(default_factory=list)
     bytes_before_block: int | None = None
+    # The transport's own flows: the first acted-on detection, and every one per detector.
     detector: str | None = None
-    time_to_detection_s: float | None = None
+    time_to_detection_s: float | None = None  # from the transport client's start
     action: str | None = None
+    detection_data_packet: int | None = None  # 1: fired on the flow's first data packet
+    detection_after_first_byte_s: float | None = None
     detections: dict[str, int] = field(default_factory=dict)  # acted-on detections per detector
+    # Acted-on detections of other flows: benign class -> count, and of the prober's.
+    collateral_detections: dict[str, int] = field(default_factory=dict)
+    probe_detections: int = 0
     probes_sent: int = 0
     probe_verdicts: dict[str, int] = field(default_factory=dict)
     benign_total: int = 0
@@ -78,6 +92,7 @@ class Row:
     expectation_met: bool | None = None
     notes: list[str] = field(default_factory=list)
     pcaps: list[str] = field(default_factory=list)  # censor-side captures, relative paths
+    cell_dir: str | None = None  # the cell's logs and state, relative to the results
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -156,9 +171,10 @@ class Results:
         version = d.get("schema_version")
         if version is None:
             raise ValueError("results.json has no schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMAS:
             raise ValueError(
-                f"results.json has schema_version {version!r}; this ptlab reads {SCHEMA_VERSION}"
+                f"results.json has schema_version {version!r}; this ptlab reads "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}"
             )
         try:
             return cls(
@@ -178,15 +194,25 @@ class Results:
         return sorted({r.rtt_ms for r in self.rows if r.rtt_ms is not None})
 
 
+#: The long CSV: one line per cell x repetition (a cell with no repetition run,
+#: one line with an empty repetition). Units are in the names; no cell holds JSON.
+#: docs/lab/results.md §4 describes every column.
+CSV_COLUMNS = (
+    "schema_version", "run_started", "git_sha", "transport", "censor",
+    "cell_status", "cell_repetitions_ok", "cell_repetitions",
+    "cell_reachability_ci95_lo", "cell_reachability_ci95_hi",
+    "repetition", "repetition_ok", "goodput_mbit_s", "transfer_s", "bytes_received",
+    "repetition_error", "bootstrap_s",
+    "cell_goodput_geomean_mbit_s", "cell_goodput_ci95_lo_mbit_s", "cell_goodput_ci95_hi_mbit_s",
+    "latency_median_ms", "latency_ci95_lo_ms", "latency_ci95_hi_ms", "latency_samples_n",
+    "detector", "action", "detection_data_packet", "time_to_detection_s",
+    "collateral_fraction", "benign_flows", "benign_blocked", "probes_sent", "rtt_ms",
+    "expectation", "expectation_met", "cell_error",
+)
+
+
 def csv_columns() -> list[str]:
-    """CSV header: the row fields, with each CI split into *_lo and *_hi."""
-    cols: list[str] = []
-    for f in dataclasses.fields(Row):
-        if f.name in _CI_FIELDS:
-            cols += [f"{f.name}_lo", f"{f.name}_hi"]
-        else:
-            cols.append(f.name)
-    return cols
+    return list(CSV_COLUMNS)
 
 
 def _csv_cell(value: Any) -> str:
@@ -194,20 +220,42 @@ def _csv_cell(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list | dict | tuple):
-        return json.dumps(value, sort_keys=True, allow_nan=False)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("results contain NaN or infinity")
     return str(value)
 
 
-def _csv_record(row: Row) -> list[str]:
-    out: list[str] = []
-    for f in dataclasses.fields(Row):
-        value = getattr(row, f.name)
-        if f.name in _CI_FIELDS:
-            lo, hi = value if value is not None else (None, None)
-            out += [_csv_cell(lo), _csv_cell(hi)]
-        else:
-            out.append(_csv_cell(value))
+def long_records(results: Results) -> list[dict[str, Any]]:
+    """The long CSV's lines as dicts (column -> value)."""
+    out = []
+    for row in results.rows:
+        r_lo, r_hi = row.reachability_ci95 or (None, None)
+        g_lo, g_hi = row.goodput_ci95 or (None, None)
+        l_lo, l_hi = row.latency_ci95 or (None, None)
+        cell = {
+            "schema_version": SCHEMA_VERSION, "run_started": results.started,
+            "git_sha": results.provenance.get("git_sha"),
+            "transport": row.transport, "censor": row.censor, "cell_status": row.status,
+            "cell_repetitions_ok": row.repetitions_ok, "cell_repetitions": row.repetitions,
+            "cell_reachability_ci95_lo": r_lo, "cell_reachability_ci95_hi": r_hi,
+            "bootstrap_s": row.bootstrap_s, "cell_goodput_geomean_mbit_s": row.goodput_mbps,
+            "cell_goodput_ci95_lo_mbit_s": g_lo, "cell_goodput_ci95_hi_mbit_s": g_hi,
+            "latency_median_ms": row.latency_ms, "latency_ci95_lo_ms": l_lo,
+            "latency_ci95_hi_ms": l_hi, "latency_samples_n": len(row.latency_samples),
+            "detector": row.detector, "action": row.action,
+            "detection_data_packet": row.detection_data_packet,
+            "time_to_detection_s": row.time_to_detection_s,
+            "collateral_fraction": row.collateral, "benign_flows": row.benign_total,
+            "benign_blocked": row.benign_blocked, "probes_sent": row.probes_sent,
+            "rtt_ms": row.rtt_ms, "expectation": row.expectation,
+            "expectation_met": row.expectation_met, "cell_error": row.error,
+        }
+        reps = row.repetition_outcomes or [{}]
+        for rep in reps:
+            out.append(cell | {
+                "repetition": rep.get("repetition"), "repetition_ok": rep.get("ok"),
+                "goodput_mbit_s": rep.get("goodput_mbit_s"), "transfer_s": rep.get("seconds"),
+                "bytes_received": rep.get("bytes"), "repetition_error": rep.get("error")})
     return out
 
 
@@ -219,7 +267,8 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_results(results: Results, directory: Path | str) -> None:
-    """Write results.json (indent 2) and results.csv (one line per row) into directory.
+    """Write results.json (indent 2, everything) and results.csv (long: one line per
+    cell x repetition) into directory.
 
     NaN/inf are refused (ValueError) rather than written as invalid JSON.
     """
@@ -232,9 +281,9 @@ def write_results(results: Results, directory: Path | str) -> None:
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(csv_columns())
-    for row in results.rows:
-        writer.writerow(_csv_record(row))
+    writer.writerow(CSV_COLUMNS)
+    for record in long_records(results):
+        writer.writerow([_csv_cell(record[c]) for c in CSV_COLUMNS])
 
     _atomic_write(directory / RESULTS_JSON, text)
     _atomic_write(directory / RESULTS_CSV, buf.getvalue())

@@ -26,14 +26,15 @@ from typing import Any
 
 from censor_sim import profile as profiles
 from netns.errors import LabError
-from ptcommon.events import parse_event_line
+from ptcommon.events import event_record, parse_event_line
 
 from . import plugins, scoring
 from .backend import CellRun, LabBackend, Process
+from .flowroles import FlowRoles
 from .labservices import LabServices
 from .nsbackend import NamespaceBackend
 from .results import Row
-from .scoring import BASELINE, BenignFlow
+from .scoring import BASELINE, BenignFlow, workload_markers
 from .spec import Spec, SpecError
 from .workloads.cell import CellPlan
 
@@ -174,8 +175,11 @@ class LabRunner:
         plugin = plugins.get(transport)
         ctx = b.context(transport, self.spec.transports.get(transport, {}), self.spec.seed,
                         cell_dir)
-        run = CellRun(name)
-        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms)
+        run = CellRun(name, roles=self._flow_roles())
+        run.markers.append(event_record("runner", "cell_start", cell=name, transport=transport,
+                                        censor=censor, baseline=baseline_only))
+        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms,
+                  cell_dir=str(cell_dir.relative_to(self.work)))
         restarted = services.restart_dead()
         if restarted:
             row.notes.append(f"restarted lab services that had died: {', '.join(restarted)}")
@@ -198,10 +202,11 @@ class LabRunner:
             endpoint = plugin.endpoint(ctx)
             plan = self._plan(transport, baseline_only)
             measurement = asyncio.run(b.measure(endpoint, plan, cell_dir))
+            run.markers += workload_markers(name, measurement)
             self._score_measurement(row, measurement, plan)
             row.notes += plugin.notes(ctx)
             self._check_alive(row, run)
-            self._finish_censor(row, run, t_client)
+            self._finish_censor(row, run, t_client, run.roles)
         except (LabError, profiles.ProfileError, OSError) as exc:
             row.status, row.error = "ERROR", str(exc)
         except Exception as exc:  # a bug must cost one cell, not the run
@@ -209,9 +214,19 @@ class LabRunner:
             row.status = "ERROR"
             row.error = f"internal error: {type(exc).__name__}: {exc} (see {name}/traceback.txt)"
         finally:
+            run.markers.append(event_record("runner", "cell_end", cell=name,
+                                            status=row.status))
             self._stop_cell(run)
             b.gather_cell(run, cell_dir)
         return row
+
+    def _flow_roles(self) -> FlowRoles | None:
+        """Whose flows the censor may see in this lab (None before the lab is up)."""
+        if self.services is None:
+            return None
+        targets = self.services.benign_targets()
+        return FlowRoles.build(self.backend.role_addresses("client"), targets.destinations(),
+                               targets.unbound_destinations(), self.backend.prober_networks())
 
     def _score_measurement(self, row: Row, m, plan: CellPlan) -> None:
         integrity = scoring.score_measurement(row, m, plan)
@@ -308,7 +323,8 @@ class LabRunner:
                         latency_count=0 if baseline_only else w.latency_count,
                         benign=bool(w.benign), benign_timeout_s=w.benign_timeout_s)
 
-    def _finish_censor(self, row: Row, run: CellRun, t_client: float) -> None:
+    def _finish_censor(self, row: Row, run: CellRun, t_client: float,
+                       roles: FlowRoles | None) -> None:
         censor = run.censor
         assert censor
         alive = censor.running()
@@ -316,7 +332,7 @@ class LabRunner:
         censor.stop()
         events = [e for line in censor.log_text().splitlines()
                   if (e := parse_event_line(line))]
-        scoring.score_censor(row, events, t_client, censor_alive=alive)
+        scoring.score_censor(row, events, t_client, censor_alive=alive, roles=roles)
 
     @staticmethod
     def _await_probes(censor: Process, limit_s: float = 15.0) -> None:
@@ -341,28 +357,45 @@ class LabRunner:
                 c.stop()
             except LabError as exc:
                 self.log(f"capture: {exc}")
-        self._collect_events(run.name, run.procs)
+        events = self._read_events(run.name, run.procs, run.roles)
         if self.services:  # lab-wide services: what they logged during this cell
-            self._collect_events("lab", self.services.procs)
+            events += self._read_events(run.name, self.services.procs, run.roles)
+        self._write_events(events + run.markers)
 
-    def _collect_events(self, cell: str, procs: list[Process]) -> None:
-        """Append the events ``procs`` logged since the last collection to events.jsonl.
+    def _read_events(self, cell: str, procs: list[Process],
+                     roles: FlowRoles | None = None) -> list[dict[str, Any]]:
+        """The events ``procs`` logged since the last read, each marked with ``cell``
+        and, when it names a flow, the flow's role (transport, benign:<class>, probe).
 
         Lab services live across cells, so they are read after every cell from
         where the last read stopped: events.jsonl is current after each cell, and
         an interrupted run still keeps what its services said. A line still being
         written is left for the next read.
         """
+        out = []
+        for p in procs:
+            text = p.log_text(this_run_only=True)
+            lines = text.splitlines()
+            if text and not text.endswith("\n"):
+                lines.pop()
+            _, done = self._events_read.get(id(p), (p, 0))
+            for line in lines[done:]:
+                if (e := parse_event_line(line)) is not None:
+                    e["cell"] = cell
+                    if roles is not None and isinstance(e.get("flow"), dict):
+                        e["role"] = roles.role_of(e["flow"])
+                    out.append(e)
+            # The process is kept in the map so its id is not reused.
+            self._events_read[id(p)] = (p, max(done, len(lines)))
+        return out
+
+    def _write_events(self, events: list[dict[str, Any]]) -> None:
+        """Append ``events`` to events.jsonl in time order (processes' clocks are the
+        same machine's, or NTP-close ones across VMs)."""
+        events.sort(key=lambda e: float(e.get("ts", 0)))
         with open(self.events_path, "a") as out:
-            for p in procs:
-                text = p.log_text(this_run_only=True)
-                lines = text.splitlines()
-                if text and not text.endswith("\n"):
-                    lines.pop()
-                _, done = self._events_read.get(id(p), (p, 0))
-                for line in lines[done:]:
-                    if (e := parse_event_line(line)) is not None:
-                        e["cell"] = cell
-                        out.write(json.dumps(e) + "\n")
-                # The process is kept in the map so its id is not reused.
-                self._events_read[id(p)] = (p, max(done, len(lines)))
+            for e in events:
+                out.write(json.dumps(e, default=str) + "\n")
+
+    def _collect_events(self, cell: str, procs: list[Process]) -> None:
+        self._write_events(self._read_events(cell, procs))

@@ -12,13 +12,15 @@ keeps rows from the two labs comparable: they share every line of it.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from ptcommon.events import event_record
+
+from . import stats
+from .flowroles import PROBE, TRANSPORT, FlowRoles
 from .results import Row
 from .spec import Expectation
-from .stats import mean_ci95
 from .workloads.cell import CellPlan, Measurement
 
 #: The censor column every transport is measured under first.
@@ -28,8 +30,19 @@ BASELINE = "none"
 BenignFlow = tuple[str, str]
 
 
+#: A cell is "reachable" when at least this share of its repetitions got through
+#: (docs/lab/results.md §2). With a censor that blocks by chance the k of n is the
+#: finding; the status only summarises it.
+REACHABLE_SHARE = 0.5
+
+
+def status_of(k: int, n: int) -> str:
+    """The summary of k of n repetitions through: reachable or blocked."""
+    return "reachable" if n and k >= REACHABLE_SHARE * n else "blocked"
+
+
 def score_measurement(row: Row, m: Measurement, plan: CellPlan) -> str | None:
-    """Status, goodput, latency and bytes-before-block from what the client measured.
+    """Status (k of n), goodput, latency and bytes-before-block from what the client measured.
 
     Returns the integrity failure's text when a transfer arrived corrupted: the row
     is then ERROR (a corrupting transport is a bug, never "blocked") and nothing
@@ -37,27 +50,45 @@ def score_measurement(row: Row, m: Measurement, plan: CellPlan) -> str | None:
     """
     row.bootstrap_s = m.bootstrap_s
     row.repetitions = plan.repetitions
-    failure: str | None = None
-    if m.bootstrap_s is None:
-        failure = f"no request got through within {plan.bootstrap_s:.0f} s"
     for res in m.bulks:
         if res.integrity_error:
             row.status, row.error = "ERROR", res.error
             return res.error
-        if not res.ok:
-            failure = res.error
-    if failure is None:
-        goodputs = [b.goodput_mbps for b in m.bulks if b.goodput_mbps is not None]
-        row.status = "reachable"
-        row.goodput_samples = goodputs
-        row.goodput_mbps, row.goodput_ci95 = mean_ci95(goodputs)
-        row.latency_samples = list(m.latency_samples)
-        if row.latency_samples:
-            row.latency_ms = statistics.median(row.latency_samples)
-            row.latency_ci95 = mean_ci95(row.latency_samples)[1]
-    else:
-        row.status, row.error = "blocked", failure
-        row.bytes_before_block = sum(b.received for b in m.bulks)
+    row.repetition_outcomes = [
+        {"repetition": i + 1, "ok": b.ok, "goodput_mbit_s": b.goodput_mbps,
+         "seconds": round(b.seconds, 4), "bytes": b.received, "error": b.error,
+         "started": b.started}
+        for i, b in enumerate(m.bulks)]
+    ok = [b for b in m.bulks if b.ok]
+    n = plan.repetitions
+    k = len(ok)
+    row.repetitions_ok = k
+    row.reachability_ci95 = stats.wilson(k, n)
+    row.status = status_of(k, n)
+    failures = [b for b in m.bulks if not b.ok]
+    if m.bootstrap_s is None:
+        row.error = f"no request got through within {plan.bootstrap_s:.0f} s"
+    elif failures:
+        row.error = failures[0].error
+        if row.status == "reachable":
+            row.notes.append(f"{n - k} of {n} repetitions failed: {failures[0].error}")
+    if failures:
+        row.bytes_before_block = failures[0].received
+    elif m.bootstrap_s is None:
+        row.bytes_before_block = 0
+    goodputs = [b.goodput_mbps for b in ok if b.goodput_mbps is not None]
+    row.goodput_samples = goodputs
+    if goodputs:
+        centre, ci = stats.log_ci95(goodputs)
+        row.goodput_mbps, row.goodput_ci95 = centre, ci if len(goodputs) > 1 else None
+    row.latency_samples = list(m.latency_samples)
+    if row.latency_samples:
+        med = stats.median_ci(row.latency_samples)
+        row.latency_ms = med.median
+        if len(row.latency_samples) > 1:
+            row.latency_ci95, row.latency_ci_level = (med.low, med.high), round(med.level, 4)
+    if row.status == "reachable":
+        row.error = None
     return None
 
 
@@ -93,12 +124,16 @@ def score_benign(row: Row, results: Iterable[Any],
 
 
 def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
-                 censor_alive: bool = True) -> None:
+                 censor_alive: bool = True, roles: FlowRoles | None = None) -> None:
     """Detections, actions, probes and counters from the censor's event lines.
 
-    ``t_client`` is when the transport's client started (epoch seconds): the
-    time to detection counts from there. A detection whose actions are empty
-    (the per-connection chance said no) is not counted.
+    Each detection is put to the flow it hit (``roles``; without them every flow
+    counts as the transport's): the transport's give the row's detector, action,
+    time to detection (from ``t_client``, when the transport's client started)
+    and which of the flow's data packets it fired on; a benign flow's count as
+    collateral detections of its class; the prober's are counted apart. A
+    detection whose actions are empty (the per-connection chance said no) is
+    not counted.
     """
     if not censor_alive:
         row.status, row.error = "ERROR", "the censor process died during the cell"
@@ -110,10 +145,20 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
             if not acts:
                 continue
             det = e.get("detector") or "?"
+            role = roles.role_of(e.get("flow")) if roles and e.get("flow") else TRANSPORT
+            if role.startswith("benign:"):
+                cls = role.removeprefix("benign:")
+                row.collateral_detections[cls] = row.collateral_detections.get(cls, 0) + 1
+                continue
+            if role == PROBE:
+                row.probe_detections += 1
+                continue
             row.detections[det] = row.detections.get(det, 0) + 1
             if row.detector is None:
                 row.detector, row.action = det, "+".join(acts)
                 row.time_to_detection_s = round(max(float(e["ts"]) - t_client, 0.0), 3)
+                row.detection_data_packet = e.get("data_packet")
+                row.detection_after_first_byte_s = e.get("since_first_data_s")
         elif kind == "probe_request":
             row.probes_sent += 1
         elif kind == "probe_verdict":
@@ -127,6 +172,36 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
                 row.censor_cpu_per_flow_ms = round(e["cpu_s"] * 1000 / flows, 4)
     if not saw_counters:
         row.notes.append("censor reported no counters (did it crash?)")
+
+
+def describe(row: Row) -> str:
+    """The cell in one line a researcher can quote: status with k of n, what the
+    censor did to the transport, and which benign classes it broke.
+
+    e.g. "reachable 3/3, transport undetected, collateral binary 1/1" or
+    "blocked 0/3, by fet at the first data packet (residual)".
+    """
+    if row.status == "ERROR":
+        return f"ERROR: {row.error}"
+    parts = [row.status + (f" {row.repetitions_ok}/{row.repetitions}"
+                           if row.repetitions_ok is not None else "")]
+    if row.detector is None:
+        parts.append("transport undetected")
+    else:
+        where = ""
+        if row.detection_data_packet == 1:
+            where = " at the first data packet"
+        elif row.detection_data_packet:
+            where = f" at data packet {row.detection_data_packet}"
+        elif row.detection_data_packet == 0:
+            where = " before any data"
+        verb = "by" if row.status == "blocked" else "detected by"
+        parts.append(f"{verb} {row.detector}{where} ({row.action})")
+    broken = {k: d for k, d in sorted(row.benign_detail.items()) if d.get("blocked")}
+    if broken:
+        parts.append("collateral " + ", ".join(
+            f"{k} {d['blocked']}/{d['ok'] + d['blocked']}" for k, d in broken.items()))
+    return ", ".join(parts)
 
 
 def as_baseline(row: Row) -> Row:
@@ -155,3 +230,16 @@ def apply_expectations(row: Row, expects: Iterable[Expectation]) -> Row:
             row.expectation_met = row.status == e.status
     return row
 
+
+def workload_markers(cell: str, m: Measurement) -> list[dict[str, Any]]:
+    """The client's side of a cell as events: each repetition and each benign flow
+    at the time it started, with its outcome and its flow role."""
+    out = [event_record("workload", "bulk", ts=b.started, cell=cell, role=TRANSPORT,
+                        repetition=i + 1, ok=b.ok, seconds=round(b.seconds, 4),
+                        bytes=b.received, error=b.error)
+           for i, b in enumerate(m.bulks)]
+    out += [event_record("workload", "benign", ts=r.started, cell=cell,
+                         role=f"benign:{r.kind}", target=r.target, ok=r.ok,
+                         seconds=r.seconds, error=r.error)
+            for r in m.benign or []]
+    return out

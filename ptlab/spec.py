@@ -261,3 +261,14 @@ class Checker:
 def load_spec(path: Path, known_transports: list[str] | None = None,
               known_profiles: list[str] | None = None) -> Spec:
     return parse_spec(read_toml(path), Path(path), known_transports, known_profiles)
+
+
+def flatten_keys(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested table as dotted key paths -> values, the way a spec writes overrides
+    (``policy.rules``, ``actions.residual.seconds``)."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(flatten_keys(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out

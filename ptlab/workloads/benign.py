@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import os
+import random
 import secrets
 import signal
 import socket
@@ -35,6 +37,8 @@ from netns.nsenter import ns_socket
 from ptlab.services.benign import binary_frame
 from ptlab.services.netutil import family_of, format_hostport
 from ptlab.services.sshd import SshdFiles, ssh_client_argv
+
+from ..flowroles import BENIGN_PORTS, TCP, UDP
 
 MAX_HTTP_RESPONSE = 1 << 20
 SSH_COMMAND = "echo ptlab-benign-ok"
@@ -58,6 +62,29 @@ class BenignTargets:
     # More binary-protocol servers (the ISP's own servers beside Conjure's phantoms).
     binary_extra: list[tuple[str, int]] = field(default_factory=list)
 
+    def destinations(self) -> dict[tuple[int, str, int], str]:
+        """(IP protocol, address, port) -> the benign class of flows going there."""
+        out: dict[tuple[int, str, int], str] = {}
+        for ip, port, *_ in self.https:
+            out[(TCP, ip, port)] = "https"
+        for ip, port, *_ in self.http:
+            out[(TCP, ip, port)] = "http"
+        if self.dns is not None:
+            out[(UDP, *self.dns)] = "dns-udp"
+            out[(TCP, *self.dns)] = "dns-tcp"
+        if self.ssh is not None:
+            out[(TCP, *self.ssh)] = "ssh"
+        for ip, port in ([self.binary] if self.binary else []) + self.binary_extra:
+            out[(TCP, ip, port)] = "binary"
+        if self.udp is not None:
+            out[(UDP, *self.udp)] = "udp-echo"
+        return out
+
+    def unbound_destinations(self) -> list[tuple[int, str, int]]:
+        """Destinations whose flows cannot bind a benign source port (SSH runs the
+        OpenSSH client); no transport goes there."""
+        return [(TCP, *self.ssh)] if self.ssh is not None else []
+
 
 @dataclass
 class BenignResult:
@@ -68,6 +95,7 @@ class BenignResult:
     ok: bool
     error: str | None
     seconds: float
+    started: float = 0.0  # epoch seconds
 
 
 class FlowError(Exception):
@@ -84,13 +112,32 @@ def collateral_share(results: list[BenignResult]) -> float:
 # --- sockets in the client namespace ---------------------------------------------
 
 
+def _bind_benign_port(sock: socket.socket) -> None:
+    """Bind to a free port of BENIGN_PORTS, so the censor's events about this flow
+    can be told from the transport's (ptlab.flowroles)."""
+    any_addr = "::" if sock.family == socket.AF_INET6 else "0.0.0.0"
+    for _ in range(64):
+        try:
+            sock.bind((any_addr, _rng.choice(BENIGN_PORTS)))
+            return
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, "no free port in the benign range")
+
+
+_rng = random.Random()
+
+
 async def connect_in(ns: str | None, ip: str, port: int,
                      type: int = socket.SOCK_STREAM) -> socket.socket:
-    """A socket in namespace `ns`, connected (TCP) or associated (UDP) to ip:port."""
+    """A socket in namespace `ns`, from a port of BENIGN_PORTS, connected (TCP) or
+    associated (UDP) to ip:port."""
     loop = asyncio.get_running_loop()
     sock = await asyncio.to_thread(ns_socket, ns, family_of(ip), type)
     sock.setblocking(False)
     try:
+        _bind_benign_port(sock)
         await loop.sock_connect(sock, (ip, port))
     except BaseException:
         sock.close()
@@ -260,7 +307,7 @@ async def ssh_session(ns: str | None, ip: str, port: int, files: SshdFiles | Non
 
 async def _timed(kind: str, target: str, timeout: float,
                  make: Callable[[], Awaitable[None]]) -> BenignResult:
-    start = time.monotonic()
+    start, started = time.monotonic(), round(time.time(), 6)
     error: str | None = None
     try:
         async with asyncio.timeout(timeout):
@@ -273,7 +320,8 @@ async def _timed(kind: str, target: str, timeout: float,
         error = f"certificate: {exc.verify_message or exc}"
     except Exception as exc:  # reset, refused, garbled: one flow's failure, never the mix's
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return BenignResult(kind, target, error is None, error, round(time.monotonic() - start, 4))
+    return BenignResult(kind, target, error is None, error, round(time.monotonic() - start, 4),
+                        started)
 
 
 async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout: float = 3.0,

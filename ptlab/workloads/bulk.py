@@ -29,6 +29,7 @@ class BulkResult:
     expected: str
     integrity_error: bool = False
     error: str | None = None
+    started: float = 0.0  # epoch seconds: where this repetition sits in events.jsonl
 
     @property
     def goodput_mbps(self) -> float | None:
@@ -48,7 +49,7 @@ async def bulk_download(ns: str | None, ep: Endpoint, size: int, seed: int, host
         received += len(data)
         h.update(data)
 
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), round(time.time(), 6)
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await open_tunnel(ns, ep, idle_timeout)
@@ -63,11 +64,11 @@ async def bulk_download(ns: str | None, ep: Endpoint, size: int, seed: int, host
     except (OSError, HTTPError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
         err = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return BulkResult(False, size, received, time.monotonic() - t0, None, expected,
-                          error=err)
+                          error=err, started=started)
     seconds = time.monotonic() - t0
     digest = h.hexdigest()
     if digest != expected:
         return BulkResult(False, size, received, seconds, digest, expected, integrity_error=True,
                           error=f"INTEGRITY FAILURE: sha256 {digest[:16]}... != expected "
-                                f"{expected[:16]}... over {received} bytes")
-    return BulkResult(True, size, received, seconds, digest, expected)
+                                f"{expected[:16]}... over {received} bytes", started=started)
+    return BulkResult(True, size, received, seconds, digest, expected, started=started)

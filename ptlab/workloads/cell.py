@@ -91,9 +91,9 @@ def _number(v: Any, what: str, optional: bool = False) -> Any:
 _FIELD_TYPES: dict[type, dict[str, tuple[type, ...]]] = {
     BulkResult: {"ok": (bool,), "size": (int,), "received": (int,), "seconds": (int, float),
                  "sha256": (str, type(None)), "expected": (str,), "integrity_error": (bool,),
-                 "error": (str, type(None))},
+                 "error": (str, type(None)), "started": (int, float)},
     BenignResult: {"kind": (str,), "target": (str,), "ok": (bool,), "error": (str, type(None)),
-                   "seconds": (int, float)},
+                   "seconds": (int, float), "started": (int, float)},
 }
 
 
@@ -110,9 +110,10 @@ def _typed(cls: type, d: Any) -> Any:
 
 async def measure(ns: str | None, endpoint: Endpoint, plan: CellPlan,
                   targets: BenignTargets | None, ssh: SshdFiles | None) -> Measurement:
-    """Bootstrap, then `repetitions` bulk downloads (stopping at the first failure),
-    latency samples when every download worked, then the benign mix. A corrupted
-    download ends the measurement at once: nothing after it would mean anything."""
+    """Bootstrap, then every one of `repetitions` bulk downloads (a censor that blocks
+    by chance lets some through: the cell is k of n), latency samples when at
+    least one download worked, then the benign mix. A corrupted download ends the
+    measurement at once: nothing after it would mean anything."""
     boot = await bootstrap(ns, endpoint, plan.bootstrap_s)
     bulks: list[BulkResult] = []
     latency: list[float] = []
@@ -122,9 +123,9 @@ async def measure(ns: str | None, endpoint: Endpoint, plan: CellPlan,
                                       timeout=plan.bulk_timeout_s,
                                       idle_timeout=plan.idle_timeout_s)
             bulks.append(res)
-            if not res.ok:
+            if res.integrity_error:
                 break
-        if plan.latency_count and all(b.ok for b in bulks):
+        if plan.latency_count and any(b.ok for b in bulks):
             latency = await request_latency(ns, endpoint, plan.latency_count)
     benign = None
     if plan.benign and targets is not None and not any(b.integrity_error for b in bulks):

@@ -26,6 +26,12 @@ from tests.support.rows import blocked_row, error_row, reachable_row, results_of
 def sample_results() -> Results:
     rows = [
         reachable_row(bootstrap_s=0.8, probes_sent=2, probe_verdicts={"benign": 2},
+                      repetitions_ok=3, reachability_ci95=(0.44, 1.0),
+                      repetition_outcomes=[
+                          {"repetition": i + 1, "ok": True, "goodput_mbit_s": g,
+                           "seconds": 0.2, "bytes": 1_000_000, "error": None,
+                           "started": 1700000000.0 + i}
+                          for i, g in enumerate([41.0, 42.0, 43.0])],
                       benign_total=10, benign_blocked=0,
                       benign_detail={"https": {"ok": 10, "blocked": 0}},
                       censor_cpu_per_flow_ms=0.12, censor_counters={"flows": 12},
@@ -70,31 +76,42 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_json_layout(tmp_path: Path) -> None:
     write_results(sample_results(), tmp_path)
     text = (tmp_path / "results.json").read_text()
-    assert text.startswith('{\n  "schema_version": 1,')
+    assert text.startswith('{\n  "schema_version": 2,')
     data = json.loads(text)
     assert data["rows"][0]["goodput_ci95"] == [40.0, 44.0]
     assert data["provenance"]["git_sha"] == "abc123"
 
 
-def test_csv_header_and_rows(tmp_path: Path) -> None:
+def test_csv_is_long_one_line_per_repetition(tmp_path: Path) -> None:
     res = sample_results()
     write_results(res, tmp_path)
     with open(tmp_path / "results.csv", newline="") as fh:
-        records = list(csv.reader(fh))
-    header, body = records[0], records[1:]
-    assert header == csv_columns()
-    assert "goodput_ci95_lo" in header and "latency_ci95_hi" in header
-    assert "goodput_ci95" not in header
-    assert len(body) == len(res.rows)
-    first = dict(zip(header, body[0], strict=True))
-    assert first["transport"] == "obfs4" and first["status"] == "reachable"
-    assert float(first["goodput_ci95_lo"]) == 40.0 and float(first["goodput_ci95_hi"]) == 44.0
-    assert json.loads(first["goodput_samples"]) == [41.0, 42.0, 43.0]
-    assert json.loads(first["benign_detail"]) == {"https": {"blocked": 0, "ok": 10}}
-    assert json.loads(first["notes"]) == ['a, note with "quotes"']
-    assert first["expectation_met"] == "true"
-    third = dict(zip(header, body[2], strict=True))
-    assert third["goodput_mbps"] == "" and third["goodput_ci95_lo"] == ""
+        records = list(csv.DictReader(fh))
+    assert list(records[0]) == csv_columns()
+    # Three repetitions of the reachable cell, one line each for the other two.
+    assert [(r["transport"], r["censor"], r["repetition"]) for r in records] == [
+        ("obfs4", "none", "1"), ("obfs4", "none", "2"), ("obfs4", "none", "3"),
+        ("obfs4", "gfw", ""), ("meek", "none", "")]
+    first = records[0]
+    assert first["schema_version"] == "2" and first["git_sha"] == "abc123"
+    assert first["goodput_mbit_s"] == "41.0" and first["repetition_ok"] == "true"
+    assert first["cell_goodput_ci95_lo_mbit_s"] == "40.0"
+    assert first["expectation_met"] == "true" and first["latency_samples_n"] == "3"
+    assert records[4]["cell_goodput_geomean_mbit_s"] == ""
+    # No cell carries JSON: nothing to parse after reading.
+    assert not any(v.startswith(("[", "{")) for r in records for v in r.values())
+
+
+def test_pandas_reads_the_long_csv_with_no_custom_parsing(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    write_results(sample_results(), tmp_path)
+    df = pd.read_csv(tmp_path / "results.csv")
+    assert len(df) == 5
+    assert str(df["goodput_mbit_s"].dtype) == "float64"
+    assert str(df["schema_version"].dtype) == "int64"
+    assert df["repetition_ok"].dropna().tolist() == [True, True, True]
+    per_cell = df.groupby(["transport", "censor"])["goodput_mbit_s"].mean()
+    assert per_cell[("obfs4", "none")] == pytest.approx(42.0)
 
 
 def test_write_refuses_nan(tmp_path: Path) -> None:
@@ -105,7 +122,7 @@ def test_write_refuses_nan(tmp_path: Path) -> None:
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("version", [None, 0, 2, "1"])
+@pytest.mark.parametrize("version", [None, 0, 3, "1"])
 def test_bad_schema_version_raises(tmp_path: Path, version: object) -> None:
     write_results(sample_results(), tmp_path)
     path = tmp_path / "results.json"
@@ -127,8 +144,25 @@ def test_invalid_json_raises_value_error(tmp_path: Path) -> None:
 
 
 def test_schema_version_constant() -> None:
-    assert SCHEMA_VERSION == 1
-    assert Results(started="a", finished="b", spec_path="s").schema_version == 1
+    assert SCHEMA_VERSION == 2
+    assert Results(started="a", finished="b", spec_path="s").schema_version == 2
+
+
+def test_a_version_1_file_still_loads(tmp_path: Path) -> None:
+    """Runs made before k-of-n and flow roles stay readable (compare needs them)."""
+    write_results(sample_results(), tmp_path)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 1
+    for row in data["rows"]:
+        for key in ("repetitions_ok", "reachability_ci95", "repetition_outcomes",
+                    "latency_ci_level", "detection_data_packet",
+                    "detection_after_first_byte_s", "collateral_detections",
+                    "probe_detections"):
+            row.pop(key)
+    path.write_text(json.dumps(data))
+    back = load_results(tmp_path)
+    assert back.schema_version == 1 and back.rows[0].repetitions_ok is None
 
 
 # --- provenance ------------------------------------------------------------------------------

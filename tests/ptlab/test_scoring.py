@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from ptlab import scoring
+from ptlab import scoring, stats
+from ptlab.flowroles import FlowRoles
 from ptlab.results import Row
 from ptlab.spec import Expectation
 from ptlab.workloads.benign import BenignResult
@@ -30,22 +33,44 @@ def benign(kind: str, target: str, ok: bool) -> BenignResult:
 def test_every_bulk_through_is_reachable_with_goodput_and_latency():
     row = Row("obfs4", "none", "ERROR")
     m = Measurement(bootstrap_s=0.4, bulks=[bulk(seconds=1.0), bulk(seconds=2.0)],
-                    latency_samples=[10.0, 30.0, 20.0], benign=None)
+                    latency_samples=[10.0, 30.0, 20.0, 25.0, 15.0, 12.0], benign=None)
     assert scoring.score_measurement(row, m, PLAN) is None
     assert row.status == "reachable" and row.repetitions == 2 and row.bootstrap_s == 0.4
+    assert (row.repetitions_ok, row.reachability_ci95) == (2, stats.wilson(2, 2))
     assert row.goodput_samples == [8.0, 4.0]
-    assert row.goodput_mbps == pytest.approx(6.0)
-    assert row.latency_ms == 20.0  # the median, not the mean
+    assert row.goodput_mbps == pytest.approx(32 ** 0.5)  # the geometric mean
+    lo, hi = row.goodput_ci95
+    assert 0 < lo < row.goodput_mbps < hi
+    assert row.latency_ms == 17.5  # the median, not the mean
+    assert row.latency_ci95 == (10.0, 30.0) and row.latency_ci_level == pytest.approx(0.9688)
+    assert [o["ok"] for o in row.repetition_outcomes] == [True, True]
+    assert row.repetition_outcomes[0]["goodput_mbit_s"] == 8.0
 
 
-def test_one_failed_bulk_is_blocked_and_counts_the_bytes_before():
+def test_k_of_n_decides_the_status_by_the_documented_rule():
+    plan3 = dataclasses.replace(PLAN, repetitions=3)
+    failed = bulk(ok=False, received=1234, error="reset after 1234 B")
+    cases = [("+++", "reachable", 3), ("+-+", "reachable", 2), ("+--", "blocked", 1),
+             ("---", "blocked", 0)]
+    for outcome, status, k in cases:
+        row = Row("obfs4", "gfw-fet", "ERROR")
+        bulks = [bulk() if o == "+" else failed for o in outcome]
+        scoring.score_measurement(row, Measurement(0.4, bulks, [], None), plan3)
+        assert (row.status, row.repetitions_ok, row.repetitions) == (status, k, 3)
+        assert row.reachability_ci95 == stats.wilson(k, 3)
+        if k < 3:
+            assert row.bytes_before_block == 1234
+        if status == "blocked":
+            assert row.error == "reset after 1234 B"
+        elif k < 3:
+            assert row.error is None and "1 of 3 repetitions failed" in row.notes[0]
+
+
+def test_one_good_repetition_has_goodput_but_no_interval():
     row = Row("obfs4", "gfw-fet", "ERROR")
-    m = Measurement(bootstrap_s=0.4, bulks=[bulk(), bulk(ok=False, received=1234,
-                                                         error="reset after 1234 B")],
-                    latency_samples=[], benign=None)
+    m = Measurement(0.4, [bulk(), bulk(ok=False, error="reset")], [], None)
     scoring.score_measurement(row, m, PLAN)
-    assert (row.status, row.error) == ("blocked", "reset after 1234 B")
-    assert row.bytes_before_block == 1_000_000 + 1234
+    assert row.goodput_mbps == pytest.approx(8.0) and row.goodput_ci95 is None
 
 
 def test_no_bootstrap_is_blocked_with_the_deadline_named():
@@ -94,6 +119,58 @@ def test_censor_events_give_detector_action_probes_and_counters():
     assert row.censor_counters == {"new_flows": 10, "dropped": 3}
     assert row.censor_cpu_per_flow_ms == 50.0
     assert row.notes == []
+
+
+ROLES = FlowRoles.build(
+    client_addresses=["198.18.0.2"],
+    benign={(6, "198.18.9.2", 7000): "binary", (6, "198.18.9.2", 22): "ssh"},
+    benign_only=[(6, "198.18.9.2", 22)], prober=["198.18.7.0/24"])
+
+
+def flow(client="198.18.0.2", client_port=40000, server="198.18.9.2", server_port=7000,
+         proto=6) -> dict:
+    return {"client": client, "server": server, "proto": proto, "client_port": client_port,
+            "server_port": server_port}
+
+
+def detection(f: dict, ts: float = 101.0, data_packet: int = 1) -> dict:
+    return {"event": "detection", "detector": "fet", "actions": ["residual"], "ts": ts,
+            "flow": f, "data_packet": data_packet, "since_first_data_s": 0.0}
+
+
+def test_detections_are_put_to_the_flow_they_hit():
+    row = Row("direct", "gfw-fet", "reachable")
+    events = [detection(flow(client_port=61234)),               # the benign binary flow
+              detection(flow(client_port=45000, server_port=22)),  # ssh: benign by destination
+              detection(flow(client="198.18.7.9", server="198.18.3.2"))]  # the prober's
+    scoring.score_censor(row, events, t_client=100.0, roles=ROLES)
+    assert row.detector is None and row.detections == {}
+    assert row.collateral_detections == {"binary": 1, "ssh": 1}
+    assert row.probe_detections == 1
+    transport = Row("obfs4", "gfw-fet", "blocked")
+    scoring.score_censor(transport, [detection(flow(server="198.18.3.2", server_port=443))],
+                         t_client=100.0, roles=ROLES)
+    assert (transport.detector, transport.detection_data_packet) == ("fet", 1)
+    assert transport.time_to_detection_s == 1.0
+
+
+def test_the_port_decides_for_a_destination_both_share():
+    # The binary server's port from an ephemeral port is the transport's (direct to it).
+    assert ROLES.role_of(flow(client_port=40000)) == "transport"
+    assert ROLES.role_of(flow(client_port=61000)) == "benign:binary"
+    assert ROLES.role_of({"client": "2001:db8::1", "server": "::1"}) == "other"
+
+
+def test_describe_says_what_a_researcher_quotes():
+    direct = Row("direct", "gfw-fet", "reachable", repetitions=3, repetitions_ok=3,
+                 benign_detail={"binary": {"ok": 0, "blocked": 1},
+                                "https": {"ok": 3, "blocked": 0}})
+    assert scoring.describe(direct) == ("reachable 3/3, transport undetected, "
+                                        "collateral binary 1/1")
+    obfs4 = Row("obfs4", "gfw-fet", "blocked", repetitions=3, repetitions_ok=0,
+                detector="fet", action="residual", detection_data_packet=1)
+    assert scoring.describe(obfs4) == ("blocked 0/3, by fet at the first data packet "
+                                       "(residual)")
 
 
 def test_a_censor_that_died_or_reported_nothing_is_said():
