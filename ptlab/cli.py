@@ -310,6 +310,26 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- ptlab compare -------------------------------------------------------------
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import run
+
+    dirs = [Path(d) for d in args.runs]
+    for d in dirs:
+        if not (d / "results.json").exists():
+            return _die(f"{d}: no results.json there")
+    try:
+        text, comparisons = run(dirs, Path(args.html) if args.html else None)
+    except ValueError as exc:
+        return _die(str(exc))
+    print(text, end="")
+    if args.html:
+        print(f"html: {args.html}")
+    changed = any(c.status_changes for c in comparisons)
+    return 1 if args.fail_on_change and changed else 0
+
+
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -526,6 +546,17 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(vagrant destroy -f); their disks go with them.")
     vdown.set_defaults(fn=cmd_vm_down)
 
+    cmp = sub.add_parser("compare", help="compare runs cell by cell",
+                         description="Compare each later run with the first: status and "
+                                     "goodput cell by cell (goodput as a ratio with a "
+                                     "95 % interval), then the spec and provenance "
+                                     "differences.")
+    cmp.add_argument("runs", nargs="+", metavar="RUN", help="results directories (2 or more)")
+    cmp.add_argument("--html", help="also write the comparison as an HTML page here")
+    cmp.add_argument("--fail-on-change", action="store_true",
+                     help="exit 1 if any cell changed status (for CI)")
+    cmp.set_defaults(fn=cmd_compare)
+
     rep = sub.add_parser("report", help="render report.html for a results directory",
                          description="Print a run's results table and (re)write its "
                                      "report.html from results.json, e.g. after upgrading "
@@ -543,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         from transports.snowflake.proxy_cli import main as proxy_main
 
         return proxy_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "compare" and len(args.runs) < 2:
+        parser.error("compare needs at least two results directories")
     try:
         return args.fn(args)
     except (LabError, SpecError) as exc:

@@ -18,26 +18,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from ptlab import cellfmt
 from ptlab.results import Results, Row
 
 STATUS_STYLES = {"reachable": "bold green", "blocked": "bold red", "ERROR": "bold white on grey39"}
-
-
-def _goodput(row: Row) -> str:
-    if row.goodput_mbps is None:
-        return "—"
-    if row.goodput_ci95 is None:
-        return f"{row.goodput_mbps:.2f}"
-    lo, hi = row.goodput_ci95
-    return f"{row.goodput_mbps:.2f} ± {(hi - lo) / 2:.2f}"
-
-
-def _latency(row: Row) -> str:
-    return "—" if row.latency_ms is None else f"{row.latency_ms:.1f}"
-
-
-def _collateral(row: Row) -> str:
-    return "—" if row.collateral is None else f"{row.collateral * 100:.1f}"
 
 
 def _expectation(row: Row) -> Text:
@@ -49,28 +33,29 @@ def _expectation(row: Row) -> Text:
 
 
 def results_table(results: Results) -> Table:
-    """One line per cell: status coloured, goodput ± 95 % CI half-width, collateral."""
+    """One line per cell: status with k of n, goodput and latency with their
+    intervals and n, the benign classes broken, the transport's detection."""
     rtts = results.rtts_ms()
     caption = "RTT " + ", ".join(f"{x:g} ms" for x in rtts) if rtts else "RTT not recorded"
     table = Table(title="ptlab results", caption=caption)
     table.add_column("transport")
     table.add_column("censor")
-    table.add_column("status")
-    table.add_column("goodput Mbit/s ± CI", justify="right")
-    table.add_column("latency ms", justify="right")
-    table.add_column("collateral %", justify="right")
-    table.add_column("detector")
+    table.add_column("status k/n")
+    table.add_column("goodput Mbit/s [95 % CI]", justify="right")
+    table.add_column("latency ms median [CI]", justify="right")
+    table.add_column("collateral")
+    table.add_column("detection")
     table.add_column("expect")
     for r in results.rows:
         # Text(...) rather than markup: names come from specs and must print verbatim.
         table.add_row(
             Text(r.transport),
             Text(r.censor),
-            Text(r.status, style=STATUS_STYLES.get(r.status, "")),
-            _goodput(r),
-            _latency(r),
-            _collateral(r),
-            Text(r.detector or "—"),
+            Text(cellfmt.status(r), style=STATUS_STYLES.get(r.status, "")),
+            cellfmt.goodput(r),
+            cellfmt.latency(r),
+            Text(cellfmt.collateral(r)),
+            Text(cellfmt.detection(r)),
             _expectation(r),
         )
     return table

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from pathlib import Path
 
@@ -19,7 +18,9 @@ def make_results(latency: bool = True) -> Results:
     rows = [
         reachable_row(latency_ms=22.0 if latency else None, latency_ci95=None,
                       latency_samples=[20.0, 22.0, 25.0] if latency else []),
-        blocked_row(censor="gfw-2015", action="rst", collateral=0.25),
+        blocked_row(censor="gfw-2015", action="rst", collateral=0.25, benign_total=4,
+                    benign_blocked=1, benign_detail={"binary": {"ok": 0, "blocked": 1},
+                                                     "https": {"ok": 3, "blocked": 0}}),
         error_row(transport="meek<script>", error="baseline failed: <bridge> not ready",
                   rtt_ms=20.0),
     ]
@@ -33,9 +34,8 @@ def make_results(latency: bool = True) -> Results:
     })
 
 
-def _pngs(html: str) -> list[bytes]:
-    found = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    return [base64.b64decode(b) for b in found]
+def _figures(html: str) -> list[str]:
+    return re.findall(r'<figure id="fig-([a-z-]+)">', html)
 
 
 def test_report_contents(tmp_path: Path) -> None:
@@ -48,13 +48,14 @@ def test_report_contents(tmp_path: Path) -> None:
     assert "RTT" in html and "20 ms" in html
     assert SHA in html and "6.1.0-test" in html and "obfs4proxy-0.0.14" in html
     assert "ab" * 32 in html and "run" in html
-    assert "25.0 %" in html  # collateral
-    assert "42.00 [40.00, 44.00]" in html  # goodput with CI
+    assert "binary 1/1" in html  # collateral by class
+    assert "42.00 [40.00, 44.00] n=3" in html  # goodput with CI and n
     assert "fet → rst" in html
     assert 'class="status status-blocked"' in html
-    pngs = _pngs(html)
-    assert len(pngs) == 3  # goodput, heat-map, latency
-    assert all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
+    assert _figures(html) == ["status", "goodput", "latency"]
+    for name in ("status", "goodput", "latency"):
+        assert (tmp_path / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+        assert "<svg" in (tmp_path / "figures" / f"{name}.svg").read_text()
 
 
 def test_report_escapes_text(tmp_path: Path) -> None:
@@ -68,8 +69,7 @@ def test_report_escapes_text(tmp_path: Path) -> None:
 def test_no_latency_plot_without_samples(tmp_path: Path) -> None:
     write_results(make_results(latency=False), tmp_path)
     html = render_report(tmp_path).read_text()
-    assert len(_pngs(html)) == 2
-    assert "Latency per cell" not in html
+    assert _figures(html) == ["status", "goodput"]
 
 
 def test_report_says_when_rtt_missing(tmp_path: Path) -> None:
@@ -99,4 +99,4 @@ def test_dollar_names_do_not_break_plots(tmp_path: Path) -> None:
     res.rows[0].censor = "$x"
     write_results(res, tmp_path)
     html = render_report(tmp_path).read_text()
-    assert r"a$\frac{$b" in html and len(_pngs(html)) == 3
+    assert r"a$\frac{$b" in html and len(_figures(html)) == 3

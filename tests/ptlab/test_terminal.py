@@ -13,8 +13,12 @@ from tests.support.rows import blocked_row, error_row, reachable_row
 
 
 def make_results() -> Results:
-    rows = [reachable_row(goodput_samples=[], latency_ci95=None, latency_samples=[]),
-            blocked_row(censor="gfw[bold]", collateral=0.125),
+    rows = [reachable_row(repetitions_ok=3, reachability_ci95=(0.44, 1.0)),
+            blocked_row(censor="gfw[bold]", collateral=0.125, benign_total=8, benign_blocked=1,
+                        benign_detail={"binary": {"ok": 0, "blocked": 1},
+                                       "https": {"ok": 7, "blocked": 0}},
+                        repetitions=3, repetitions_ok=0, action="residual",
+                        detection_data_packet=1),
             error_row()]
     return Results(started="a", finished="b", spec_path="x.toml", rows=rows)
 
@@ -29,8 +33,11 @@ def test_table_text() -> None:
     text = _render(make_results())
     for word in ("reachable", "blocked", "ERROR", "obfs4", "meek", "fet"):
         assert word in text
-    assert "42.00 ± 2.00" in text
-    assert "21.5" in text and "12.5" in text
+    assert "reachable 3/3" in text and "blocked 0/3" in text  # k of n
+    assert "42.00 [40.00, 44.00] n=3" in text  # the interval and its n
+    assert "21.5 [20.0, 23.0] n=3" in text  # the median's
+    assert "binary 1/1" in text  # which benign class broke, k/n
+    assert "fet @1 → residual" in text
     assert "✓" in text and "✗ want reachable" in text
     assert "gfw[bold]" in text  # names are not parsed as markup
     assert "RTT 20 ms" in text

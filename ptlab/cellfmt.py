@@ -1,0 +1,65 @@
+"""A cell's numbers as text, the same in the terminal table, the report and compare.
+
+Every figure carries its n: a goodput from 2 repetitions and one from 20 are
+not the same finding, and the reader must see which is which.
+"""
+
+from __future__ import annotations
+
+from .results import Row
+
+
+def status(row: Row) -> str:
+    """"reachable 3/3", "blocked 1/3", "ERROR"."""
+    if row.status == "ERROR" or row.repetitions_ok is None:
+        return row.status
+    return f"{row.status} {row.repetitions_ok}/{row.repetitions}"
+
+
+def reachability(row: Row) -> str:
+    """k/n with its Wilson interval, e.g. "2/3 [21 %, 94 %]"."""
+    if row.repetitions_ok is None or row.reachability_ci95 is None:
+        return "—"
+    lo, hi = row.reachability_ci95
+    return f"{row.repetitions_ok}/{row.repetitions} [{lo:.0%}, {hi:.0%}]"
+
+
+def goodput(row: Row, digits: int = 2) -> str:
+    """Geometric mean [log-scale 95 % CI] n=k, in Mbit/s."""
+    if row.goodput_mbps is None:
+        return "—"
+    n = len(row.goodput_samples)
+    if row.goodput_ci95 is None:
+        return f"{row.goodput_mbps:.{digits}f} n={n}"
+    lo, hi = row.goodput_ci95
+    return f"{row.goodput_mbps:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] n={n}"
+
+
+def latency(row: Row) -> str:
+    """Median [order-statistic CI] n, in ms; the CI's level when it is not 95 %."""
+    if row.latency_ms is None:
+        return "—"
+    n = len(row.latency_samples)
+    if row.latency_ci95 is None:
+        return f"{row.latency_ms:.1f} n={n}"
+    lo, hi = row.latency_ci95
+    level = row.latency_ci_level
+    note = f" ({level:.0%})" if level is not None and level < 0.95 else ""
+    return f"{row.latency_ms:.1f} [{lo:.1f}, {hi:.1f}]{note} n={n}"
+
+
+def collateral(row: Row) -> str:
+    """Benign classes broken, k/n each, e.g. "binary 1/1, https 1/3"; "0/9" if none."""
+    if row.collateral is None:
+        return "—"
+    broken = [f"{k} {d['blocked']}/{d['ok'] + d['blocked']}"
+              for k, d in sorted(row.benign_detail.items()) if d.get("blocked")]
+    return ", ".join(broken) if broken else f"0/{row.benign_total}"
+
+
+def detection(row: Row) -> str:
+    """The transport's detection: "fet @1 → residual" (the data packet it fired on)."""
+    if row.detector is None:
+        return "—"
+    where = f" @{row.detection_data_packet}" if row.detection_data_packet else ""
+    return f"{row.detector}{where} → {row.action}" if row.action else row.detector

@@ -1,0 +1,46 @@
+"""ptlab compare on real runs: two runs of the default experiment agree on every
+cell's status, and a spec change that lets obfs4 through FET shows as a change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, ptlab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+def quick_run(out: Path, spec: Path) -> None:
+    proc = ptlab("run", str(spec), "--quick", "--results", str(out), timeout=400)
+    assert (out / "results.json").exists(), proc.stderr
+
+
+def test_compare_two_default_runs_then_a_spec_change(tmp_path):
+    default = REPO / "experiments" / "default.toml"
+    quick_run(tmp_path / "a", default)
+    quick_run(tmp_path / "b", default)
+    same = ptlab("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-change")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "9 cells in both; 0 changed status" in same.stdout
+    assert "spec: no differences" in same.stdout
+
+    changed = tmp_path / "fet-p0.toml"
+    text = default.read_text()
+    rule = 'policy.rules = [{ detector = "fet", action = "residual", probability = 1.0 }]'
+    assert rule in text
+    changed.write_text(text.replace(rule, rule.replace("1.0 }", "0.0 }")))
+    quick_run(tmp_path / "c", changed)
+    diff = ptlab("compare", str(tmp_path / "a"), str(tmp_path / "c"),
+                 "--html", str(tmp_path / "compare.html"))
+    assert diff.returncode == 0, diff.stderr
+    # Both obfs4 rows (ours and obfs4proxy) get through once FET never fires.
+    assert "2 changed status" in diff.stdout, diff.stdout
+    changed_cells = {line[2:].split("  ")[0] for line in diff.stdout.splitlines()
+                     if line.startswith("! ")}
+    assert changed_cells == {"obfs4 × gfw-fet", "obfs4proxy × gfw-fet"}
+    assert "censors.gfw-fet.policy.rules" in diff.stdout
+    assert json.loads((tmp_path / "c" / "results.json").read_text())["schema_version"] == 2
+    assert "changed status" in (tmp_path / "compare.html").read_text()
