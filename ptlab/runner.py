@@ -32,6 +32,7 @@ from . import plugins, scoring
 from .backend import CellRun, LabBackend, Process
 from .flowroles import FlowRoles
 from .labservices import LabServices
+from .logevents import is_tor, tor_event
 from .nsbackend import NamespaceBackend
 from .results import Row
 from .scoring import BASELINE, BenignFlow, workload_markers
@@ -379,8 +380,10 @@ class LabRunner:
             if text and not text.endswith("\n"):
                 lines.pop()
             _, done = self._events_read.get(id(p), (p, 0))
+            tor = is_tor(p.argv)
             for line in lines[done:]:
-                if (e := parse_event_line(line)) is not None:
+                e = parse_event_line(line) or (tor_event(p.name, line) if tor else None)
+                if e is not None:
                     e["cell"] = cell
                     if roles is not None and isinstance(e.get("flow"), dict):
                         e["role"] = roles.role_of(e["flow"])
