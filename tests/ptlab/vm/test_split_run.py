@@ -37,7 +37,8 @@ from ptlab.vm.split import SplitMachines
 
 REPO = Path(__file__).resolve().parents[3]
 # Fields that must agree; figures (goodput, latency, counters) are measurements.
-SAME = ("status", "error", "detector", "action", "detections", "repetitions", "benign_total",
+SAME = ("status", "error", "detector", "action", "detections", "repetitions", "repetitions_ok",
+        "collateral_detections", "benign_total",
         "benign_blocked", "benign_detail", "collateral", "expectation", "expectation_met",
         "probes_sent", "probe_verdicts")
 PRESENT = ("bootstrap_s", "goodput_mbps", "goodput_ci95", "latency_ms", "bytes_before_block",
