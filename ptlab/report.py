@@ -249,7 +249,8 @@ def _events_by_cell(directory: Path | None) -> dict[str, list[dict[str, Any]]]:
 
 
 _TIMELINE_EVENTS = {"detection", "probe_request", "probe_verdict", "probe_failed", "counters",
-                    "bulk", "cell_start", "cell_end", "block_server", "ready"}
+                    "bulk", "cell_start", "cell_end", "block_server", "ready",
+                    "tor_bootstrap", "tor_warn", "tor_err"}
 
 
 def _timeline_html(events: list[dict[str, Any]]) -> str:
