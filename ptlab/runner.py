@@ -400,5 +400,11 @@ class LabRunner:
             for e in events:
                 out.write(json.dumps(e, default=str) + "\n")
 
+    def flush_events(self) -> None:
+        """Write what the lab services logged since the last cell ended (a server
+        may log a connection's end after the cell that opened it)."""
+        if self.services:
+            self._collect_events("lab", self.services.procs)
+
     def _collect_events(self, cell: str, procs: list[Process]) -> None:
         self._write_events(self._read_events(cell, procs))

@@ -16,6 +16,7 @@ def _lab_events_reach_events_jsonl(request: pytest.FixtureRequest):
     lab = getattr(request.node, "funcargs", {}).get("lab")
     if not isinstance(lab, LabFixture):  # not the plugin's shared lab (or none)
         return
+    lab.runner.flush_events()  # services may log a connection's end after its cell
     lost = lost_events(lab.out_dir)
     assert not lost, "events logged by lab processes but missing from events.jsonl:\n" + \
         "\n".join(lost[:20])
