@@ -24,10 +24,17 @@ def reachability(row: Row) -> str:
     return f"{row.repetitions_ok}/{row.repetitions} [{lo:.0%}, {hi:.0%}]"
 
 
-def goodput(row: Row, digits: int = 2) -> str:
+def _digits(x: float) -> int:
+    """Decimals that keep about three significant figures (2826, 67.3, 4.21)."""
+    return 0 if x >= 100 else 1 if x >= 10 else 2
+
+
+def goodput(row: Row, digits: int | None = None) -> str:
     """Geometric mean [log-scale 95 % CI] n=k, in Mbit/s."""
     if row.goodput_mbps is None:
         return "—"
+    if digits is None:
+        digits = _digits(row.goodput_mbps)
     n = len(row.goodput_samples)
     if row.goodput_ci95 is None:
         return f"{row.goodput_mbps:.{digits}f} n={n}"

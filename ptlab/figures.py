@@ -87,7 +87,7 @@ def goodput_facets(rows: Sequence[Row]) -> Figure:
             ax.text(top * 1.02, y, f"{r.status} {label}" if r.status != "reachable" else
                     f"n={len(r.goodput_samples)}", va="center", fontsize=7)
         ax.set_yticks(range(len(transports)), [_mpl(t) for t in transports], fontsize=8)
-        ax.invert_yaxis()
+        ax.set_ylim(len(transports) - 0.4, -0.6)  # top to bottom, labels inside the frame
         ax.set_xlim(0, top * 1.35)
         ax.set_title(_mpl(f"censor: {censor}"), fontsize=9)
         ax.set_xlabel("goodput, Mbit/s (geometric mean, 95 % CI)", fontsize=7)

@@ -116,8 +116,9 @@ def _context_html(results: Results) -> str:
         "bulk download": f"{wl.get('bulk', {}).get('size', 'default')} bytes per repetition",
         "latency samples": wl.get("latency", {}).get("count", "default"),
         "benign mix": "on" if wl.get("benign", {}).get("enabled", True) else "off",
-        "link": (f"{topo.get('rate_mbit', 0) or 'unshaped'} Mbit/s, "
-                 f"{topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms delay"),
+        "link": ((f"{topo['rate_mbit']} Mbit/s" if topo.get("rate_mbit") else "unshaped rate")
+                 + f", {topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms "
+                 "added delay"),
         "machines": results.provenance.get("machines", "this machine's namespaces"),
     }
     parts.append(f"<table>{_kv_rows(facts)}</table>")
@@ -140,8 +141,7 @@ def _censors_html(results: Results) -> str:
            "<th>override</th><th>value here</th><th>source's value</th>"
            "<th>effective profile SHA-256</th></tr>"]
     for column, info in columns.items():
-        overrides = info.get("overrides") or [{"key": "—", "value": "none",
-                                               "source_value": ""}]
+        overrides = info.get("overrides") or [None]
         for i, o in enumerate(overrides):
             head = (f'<td rowspan="{len(overrides)}">{escape(column)}</td>'
                     f'<td rowspan="{len(overrides)}"><code>{escape(info["profile"])}</code></td>'
@@ -150,6 +150,10 @@ def _censors_html(results: Results) -> str:
             tail = (f'<td rowspan="{len(overrides)}"><code>'
                     f'{escape(info.get("effective_sha256", "")[:16])}…</code></td>'
                     if i == 0 else "")
+            if o is None:
+                out.append(f'<tr>{head}<td colspan="3">no overrides: the profile as its '
+                           f"source gives it</td>{tail}</tr>")
+                continue
             out.append(f"<tr>{head}<td><code>{escape(o['key'])}</code></td>"
                        f"<td><code>{escape(json.dumps(o['value']))}</code></td>"
                        f"<td><code>{escape(json.dumps(o['source_value']))}</code></td>{tail}</tr>")

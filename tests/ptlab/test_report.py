@@ -49,7 +49,7 @@ def test_report_contents(tmp_path: Path) -> None:
     assert SHA in html and "6.1.0-test" in html and "obfs4proxy-0.0.14" in html
     assert "ab" * 32 in html and "run" in html
     assert "binary 1/1" in html  # collateral by class
-    assert "42.00 [40.00, 44.00] n=3" in html  # goodput with CI and n
+    assert "42.0 [40.0, 44.0] n=3" in html  # goodput with CI and n
     assert "fet → rst" in html
     assert 'class="status status-blocked"' in html
     assert _figures(html) == ["status", "goodput", "latency"]

@@ -34,7 +34,7 @@ def test_table_text() -> None:
     for word in ("reachable", "blocked", "ERROR", "obfs4", "meek", "fet"):
         assert word in text
     assert "reachable 3/3" in text and "blocked 0/3" in text  # k of n
-    assert "42.00 [40.00, 44.00] n=3" in text  # the interval and its n
+    assert "42.0 [40.0, 44.0] n=3" in text  # the interval and its n (3 significant figures)
     assert "21.5 [20.0, 23.0] n=3" in text  # the median's
     assert "binary 1/1" in text  # which benign class broke, k/n
     assert "fet @1 → residual" in text
