@@ -55,42 +55,46 @@ def _columns(rows: Sequence[Row]) -> tuple[list[str], list[str]]:
 
 
 def goodput_facets(rows: Sequence[Row]) -> Figure:
-    """One panel per censor: a bar per transport (geometric mean) with its 95 %
-    interval, the repetitions as points when there are few, n under each bar."""
+    """One panel per censor, a line per transport: the geometric mean (diamond) with
+    its 95 % interval on a log axis (the scale the interval is computed on, so one
+    wide interval does not flatten the rest), the repetitions as points when there
+    are few, and k/n or n at the right."""
     transports, censors = _columns(rows)
     ncols = min(3, len(censors))
     nrows = math.ceil(len(censors) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 0.35 * max(len(transports), 3) * nrows + 1.6 * nrows),
+    fig = Figure(figsize=(4.4 * ncols, (0.32 * max(len(transports), 3) + 1.2) * nrows),
                  layout="constrained")
     by_cell = {(r.transport, r.censor): r for r in rows}
-    top = max([max(r.goodput_samples + [r.goodput_mbps or 0.0,
-                                        (r.goodput_ci95 or (0, 0))[1]]) for r in rows] + [1.0])
+    values = [v for r in rows for v in (r.goodput_samples + list(r.goodput_ci95 or ())
+                                        + ([r.goodput_mbps] if r.goodput_mbps else []))
+              if v > 0]
+    lo_x, hi_x = (min(values) / 1.6, max(values) * 1.6) if values else (0.1, 10.0)
     for i, censor in enumerate(censors):
         ax = fig.add_subplot(nrows, ncols, i + 1)
+        ax.set_xscale("log")
         for y, t in enumerate(transports):
             r = by_cell.get((t, censor))
             if r is None:
                 continue
             colour = STATUS_COLOURS[r.status]
             if r.goodput_mbps is not None:
-                ax.barh(y, r.goodput_mbps, color=colour, alpha=0.85)
                 if r.goodput_ci95 is not None:
-                    lo, hi = r.goodput_ci95
-                    ax.errorbar(r.goodput_mbps, y, xerr=[[r.goodput_mbps - lo],
-                                                         [hi - r.goodput_mbps]],
-                                fmt="none", ecolor="#000", capsize=3, lw=1)
+                    ax.hlines(y, *r.goodput_ci95, color=colour, lw=2)
                 if len(r.goodput_samples) < POINTS_BELOW:
                     ax.plot(r.goodput_samples, [y] * len(r.goodput_samples), "o", ms=3.5,
                             color="#000", zorder=3)
-            label = (f"{r.repetitions_ok}/{r.repetitions}" if r.repetitions_ok is not None
-                     else r.status)
-            ax.text(top * 1.02, y, f"{r.status} {label}" if r.status != "reachable" else
-                    f"n={len(r.goodput_samples)}", va="center", fontsize=7)
+                ax.plot([r.goodput_mbps], [y], "D", ms=6, color=colour, zorder=4)
+            label = (f"n={len(r.goodput_samples)}" if r.status == "reachable" else
+                     f"{r.status} {r.repetitions_ok}/{r.repetitions}"
+                     if r.repetitions_ok is not None else r.status)
+            ax.annotate(label, (1.02, y), xycoords=("axes fraction", "data"), va="center",
+                        fontsize=7)
         ax.set_yticks(range(len(transports)), [_mpl(t) for t in transports], fontsize=8)
-        ax.set_ylim(len(transports) - 0.4, -0.6)  # top to bottom, labels inside the frame
-        ax.set_xlim(0, top * 1.35)
+        ax.set_ylim(len(transports) - 0.5, -0.5)
+        ax.set_xlim(lo_x, hi_x)
+        ax.grid(axis="x", which="major", color="#ddd", lw=0.6)
         ax.set_title(_mpl(f"censor: {censor}"), fontsize=9)
-        ax.set_xlabel("goodput, Mbit/s (geometric mean, 95 % CI)", fontsize=7)
+        ax.set_xlabel("goodput, Mbit/s (log scale; geometric mean, 95 % CI)", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
     return fig
 

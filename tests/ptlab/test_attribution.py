@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ptlab import scoring
+from ptlab import scoring, stats
 
 FET_P1 = {"policy": {"rules": [{"detector": "fet", "action": "residual",
                                 "probability": 1.0}]},
@@ -46,3 +46,24 @@ def test_obfs4_is_blocked_by_fet_at_its_first_data_packet(lab):
                                      "data packet (residual)")
     assert row.detection_after_first_byte_s is not None
     assert row.detection_after_first_byte_s < 0.5
+
+
+@pytest.mark.lab
+def test_a_seeded_half_chance_censor_gives_k_of_n(lab):
+    """FET resetting each non-exempt connection with p = 0.5 (the lab's seed fixes
+    the draws): every repetition is a new obfs4 connection, so the cell is k of n,
+    neither all nor none, and its status follows the documented rule."""
+    half = {"policy": {"rules": [{"detector": "fet", "action": "rst", "probability": 0.5}]}}
+    saved = lab.spec.repetitions
+    lab.spec.repetitions = 8
+    try:
+        row = lab.run_cell("obfs4", "gfw-fet-2021", half, bootstrap_timeout_s=15.0,
+                           bulk_size=200_000)
+    finally:
+        lab.spec.repetitions = saved
+    assert row.repetitions == 8 and len(row.repetition_outcomes) == 8
+    k = row.repetitions_ok
+    assert 0 < k < 8, row.repetition_outcomes
+    assert row.status == scoring.status_of(k, 8)
+    assert row.reachability_ci95 == stats.wilson(k, 8)
+    assert scoring.describe(row).startswith(f"{row.status} {k}/8")
