@@ -7,8 +7,10 @@ when its flow is. The runner knows the flows it opened itself: the benign
 workload binds its sockets to :data:`BENIGN_PORTS`, above the kernel's ephemeral
 range that every other client socket draws from (netns sets it per namespace),
 and its destinations say which class each is. The prober's flows come from the
-prober node's addresses and source pool. What is left from the client is the
-transport (docs/lab/results.md §3).
+prober node's addresses and source pool. Flows from the client to the lab's
+resolver and STUN server, from ports the benign mix does not use, are lab
+infrastructure. What is left from the client is the transport
+(docs/lab/results.md §3).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from netns.lab import EPHEMERAL_PORTS
 BENIGN_PORTS = range(EPHEMERAL_PORTS[1] + 1, 65536)
 
 TCP, UDP = 6, 17
-TRANSPORT, PROBE, OTHER = "transport", "probe", "other"
+TRANSPORT, PROBE, INFRA, OTHER = "transport", "probe", "infra", "other"
 
 
 def benign_role(kind: str) -> str:
@@ -44,18 +46,23 @@ class FlowRoles:
     #: (SSH runs as the OpenSSH client, which cannot be told a source port).
     benign_only: frozenset[tuple[int, str, int]] = frozenset()
     prober_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    #: The lab's own services a client process may use on the way (its DNS
+    #: resolver, its STUN server): their flows are lab infrastructure.
+    infrastructure: frozenset[tuple[int, str, int]] = frozenset()
 
     @classmethod
     def build(cls, client_addresses: Iterable[str], benign: dict[tuple[int, str, int], str],
               benign_only: Iterable[tuple[int, str, int]] = (),
-              prober: Iterable[str] = ()) -> FlowRoles:
+              prober: Iterable[str] = (),
+              infrastructure: Iterable[tuple[int, str, int]] = ()) -> FlowRoles:
         return cls(frozenset(_norm(a) for a in client_addresses),
                    {(p, _norm(a), port): k for (p, a, port), k in benign.items()},
                    frozenset((p, _norm(a), port) for p, a, port in benign_only),
-                   tuple(ipaddress.ip_network(n, strict=False) for n in prober))
+                   tuple(ipaddress.ip_network(n, strict=False) for n in prober),
+                   frozenset((p, _norm(a), port) for p, a, port in infrastructure))
 
     def role_of(self, flow: dict[str, Any] | None) -> str:
-        """transport, benign:<class>, probe or other."""
+        """transport, benign:<class>, probe, infra or other."""
         if not flow:
             return OTHER
         client, server = _norm(flow.get("client")), _norm(flow.get("server"))
@@ -66,6 +73,8 @@ class FlowRoles:
         if kind is not None and (flow.get("client_port") in BENIGN_PORTS
                                  or dest in self.benign_only):
             return benign_role(kind)
+        if dest in self.infrastructure:
+            return INFRA
         if client in self.client_addresses:
             return TRANSPORT
         return OTHER

@@ -79,6 +79,7 @@ class Row:
     # Acted-on detections of other flows: benign class -> count, and of the prober's.
     collateral_detections: dict[str, int] = field(default_factory=dict)
     probe_detections: int = 0
+    infra_detections: int = 0  # of the lab's own services' flows (DNS resolver, STUN)
     probes_sent: int = 0
     probe_verdicts: dict[str, int] = field(default_factory=dict)
     benign_total: int = 0

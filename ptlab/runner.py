@@ -30,8 +30,8 @@ from ptcommon.events import event_record, parse_event_line
 
 from . import plugins, scoring
 from .backend import CellRun, LabBackend, Process
-from .flowroles import FlowRoles
-from .labservices import LabServices
+from .flowroles import TCP, UDP, FlowRoles
+from .labservices import DNS_PORT, STUN_PORT, LabServices
 from .logevents import is_tor, tor_event
 from .nsbackend import NamespaceBackend
 from .results import Row
@@ -226,8 +226,15 @@ class LabRunner:
         if self.services is None:
             return None
         targets = self.services.benign_targets()
+        try:
+            svc = self.backend.role_addresses("svc")
+        except ValueError:  # a lab without the services node
+            svc = []
+        infra = [(proto, a, DNS_PORT) for a in svc for proto in (TCP, UDP)]
+        infra += [(UDP, a, STUN_PORT) for a in svc]
         return FlowRoles.build(self.backend.role_addresses("client"), targets.destinations(),
-                               targets.unbound_destinations(), self.backend.prober_networks())
+                               targets.unbound_destinations(), self.backend.prober_networks(),
+                               infra)
 
     def _score_measurement(self, row: Row, m, plan: CellPlan) -> None:
         integrity = scoring.score_measurement(row, m, plan)

@@ -18,7 +18,7 @@ from typing import Any
 from ptcommon.events import event_record
 
 from . import stats
-from .flowroles import PROBE, TRANSPORT, FlowRoles
+from .flowroles import INFRA, PROBE, TRANSPORT, FlowRoles
 from .results import Row
 from .spec import Expectation
 from .workloads.cell import CellPlan, Measurement
@@ -152,6 +152,9 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
                 continue
             if role == PROBE:
                 row.probe_detections += 1
+                continue
+            if role == INFRA:
+                row.infra_detections += 1
                 continue
             row.detections[det] = row.detections.get(det, 0) + 1
             if row.detector is None:

@@ -124,7 +124,8 @@ def test_censor_events_give_detector_action_probes_and_counters():
 ROLES = FlowRoles.build(
     client_addresses=["198.18.0.2"],
     benign={(6, "198.18.9.2", 7000): "binary", (6, "198.18.9.2", 22): "ssh"},
-    benign_only=[(6, "198.18.9.2", 22)], prober=["198.18.7.0/24"])
+    benign_only=[(6, "198.18.9.2", 22)], prober=["198.18.7.0/24"],
+    infrastructure=[(17, "198.18.8.2", 53)])
 
 
 def flow(client="198.18.0.2", client_port=40000, server="198.18.9.2", server_port=7000,
@@ -159,6 +160,13 @@ def test_the_port_decides_for_a_destination_both_share():
     assert ROLES.role_of(flow(client_port=40000)) == "transport"
     assert ROLES.role_of(flow(client_port=61000)) == "benign:binary"
     assert ROLES.role_of({"client": "2001:db8::1", "server": "::1"}) == "other"
+    # The lab's resolver, asked by a transport client: infrastructure.
+    assert ROLES.role_of(flow(server="198.18.8.2", server_port=53, proto=17)) == "infra"
+    # ... unless the benign mix asked it (its dns-udp class).
+    dns_roles = FlowRoles.build(["198.18.0.2"], {(17, "198.18.8.2", 53): "dns-udp"},
+                                infrastructure=[(17, "198.18.8.2", 53)])
+    assert dns_roles.role_of(flow(server="198.18.8.2", server_port=53, proto=17,
+                                  client_port=61500)) == "benign:dns-udp"
 
 
 def test_describe_says_what_a_researcher_quotes():
