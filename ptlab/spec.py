@@ -75,6 +75,18 @@ class Spec:
         return opts.pop("profile", censor), opts
 
 
+def _external_row(name: str, options: dict[str, Any]) -> None:
+    """A row the spec declares by command lines: checked now (a bad template fails
+    at load, with its key path) and registered as the plugin of that name."""
+    from .plugins import register
+    from .plugins.external import ExternalPlugin, TemplateError
+
+    try:
+        register(name, ExternalPlugin(name, options))
+    except TemplateError as exc:
+        raise SpecError(str(exc)) from None
+
+
 def _check(table: Any, where: str, allowed: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise SpecError(f"{where}: expected a table")
@@ -149,6 +161,9 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
     if not transports:
         raise SpecError("transports: at least one transport is needed")
     for name, opts in transports.items():
+        if isinstance(opts, dict) and opts.get("kind") == "external":
+            _external_row(name, opts)
+            continue
         if known_transports is not None and name not in known_transports:
             raise SpecError(f"transports.{name}: unknown transport"
                             f"{did_you_mean(name, known_transports)} "

@@ -10,13 +10,18 @@ from importlib.metadata import entry_points
 
 from .base import CellContext, Endpoint, LabPlugin, Service
 
-__all__ = ["CellContext", "Endpoint", "LabPlugin", "Service", "available", "get"]
+__all__ = ["CellContext", "Endpoint", "LabPlugin", "Service", "available", "get", "register"]
 
 _cache: dict[str, LabPlugin] = {}
 
 
 def available() -> list[str]:
     return sorted(ep.name for ep in entry_points(group="ptlab.lab_plugins"))
+
+
+def register(name: str, plugin: LabPlugin) -> None:
+    """A plugin a spec defines itself (a bring-your-own-tool row)."""
+    _cache[name] = plugin
 
 
 def get(name: str) -> LabPlugin:

@@ -1,0 +1,63 @@
+"""Run an external tool and say when it is ready: ``python -m ptlab.extlaunch``.
+
+Tools such as ss-server print nothing the lab could wait for, so this launcher
+runs the tool (its output goes to the same log), polls a TCP port until it
+accepts a connection, and then writes the lab's ``ready`` event. SIGTERM and
+SIGINT are passed on to the tool; the launcher exits with the tool's status.
+Used by bring-your-own-tool rows (ptlab.plugins.external).
+
+``python -m ptlab.extlaunch --ready-port HOST:PORT [--component NAME] -- CMD...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from ptcommon.events import EventLog
+from transports.common.hostport import split_hostport
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ptlab.extlaunch", description=__doc__)
+    p.add_argument("--ready-port", required=True, help="HOST:PORT that accepts when ready")
+    p.add_argument("--component", default="external", help="the events' component name")
+    p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the tool's command line")
+    args = p.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        p.error("no command after --")
+    events = EventLog(args.component)
+    host, port = split_hostport(args.ready_port)
+    try:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        print(f"{args.component}: cannot run {cmd[0]}: {exc}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    while child.poll() is None:
+        if port_open(host, port):
+            events.ready(pid=child.pid, port=port)
+            break
+        time.sleep(args.interval)
+    status = child.wait()
+    events.emit("exited", status=status)
+    return status if status >= 0 else 128 - status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

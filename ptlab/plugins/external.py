@@ -1,0 +1,186 @@
+"""Bring-your-own-tool rows: a transport declared in the spec by command lines alone.
+
+Most people who evade the GFW, Iran's filter or the TSPU use tools with no
+Python in them (Shadowsocks, v2ray, Trojan, OpenVPN...). A spec row with
+``kind = "external"`` runs such a tool's real server on the bridge node and its
+real client in the client namespace, from command templates the lab fills in::
+
+    [transports.shadowsocks]
+    kind = "external"
+    mode = "socks"
+    server = "ss-server -s {server_host} -p {server_port} -k {secret} -m chacha20-ietf-poly1305"
+    client = "ss-local -s {server_host} -p {server_port} -l {socks_port} -b {socks_host} ..."
+    binaries = ["ss-server", "ss-local"]
+
+Placeholders: ``{server_host}`` ``{server_port}`` (where the server listens),
+``{socks_host}`` ``{socks_port}`` (the client's SOCKS5 front the workloads use),
+``{secret}`` (random per cell), ``{state}`` (the cell's directory for this row),
+``{target_host}`` ``{target_port}`` (the web server the workloads fetch from),
+``{lab_ca}`` (the lab CA's certificate) and ``{config.NAME}`` (the path of
+config file NAME, rendered from ``[transports.X.configs]`` with the same
+placeholders). An unknown placeholder, an unbalanced brace or a missing key
+fails when the spec loads, with the key path. A process is ready when its port
+accepts connections (``ptlab.extlaunch``), or when its log matches
+``server_ready``/``client_ready``. A tool that is not installed makes the cell
+an ERROR that names it (docs/lab/transports.md §7).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import shutil
+import string
+from pathlib import Path
+from typing import Any
+
+from ptcommon.suggest import did_you_mean
+
+from .base import CellContext, Endpoint, LabPlugin, Service
+
+SERVER_PORT = 9850
+SOCKS_HOST, SOCKS_PORT = "127.0.0.1", 1086
+MODES = ("socks",)
+KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
+        "server_ready", "client_ready", "ready_timeout_s"}
+PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "state",
+                "target_host", "target_port", "lab_ca"}
+
+
+class TemplateError(ValueError):
+    """A template that cannot be filled in; the message names the key."""
+
+
+def placeholders(template: str, where: str) -> set[str]:
+    """The placeholders ``template`` uses; TemplateError on bad syntax."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise TemplateError(f"{where}: {exc}") from None
+    return set(fields)
+
+
+def check_template(template: Any, where: str, configs: set[str]) -> None:
+    if not isinstance(template, str) or not template.strip():
+        raise TemplateError(f"{where}: expected a non-empty string")
+    known = PLACEHOLDERS | {f"config.{c}" for c in configs}
+    for name in placeholders(template, where):
+        if name not in known:
+            raise TemplateError(f"{where}: unknown placeholder {{{name}}}"
+                                f"{did_you_mean(name, known)} "
+                                f"(known: {', '.join('{' + k + '}' for k in sorted(known))})")
+
+
+class _Config:
+    """``{config.NAME}``: str.format reads NAME as an attribute."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self.__dict__.update(paths)
+
+
+class ExternalPlugin(LabPlugin):
+    """A row run from the spec's command templates (no code of ours in the path)."""
+
+    vm_ready = True  # it uses only the client and bridge roles
+
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        self.name = name
+        self.options = options
+        self.check_options(options)
+        self.description = str(options.get("description") or
+                               f"external tool: {shlex.split(options['client'])[0]} "
+                               f"against {shlex.split(options['server'])[0]}")
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        where = f"transports.{self.name}"
+        unknown = sorted(set(options) - KEYS)
+        if unknown:
+            raise TemplateError(f"{where}.{unknown[0]}: unknown key (known: "
+                                f"{', '.join(sorted(KEYS))})")
+        if options.get("kind") != "external":
+            raise TemplateError(f"{where}.kind: must be \"external\"")
+        mode = options.get("mode", "socks")
+        if mode not in MODES:
+            raise TemplateError(f"{where}.mode: {mode!r} is not supported (supported: "
+                                f"{', '.join(MODES)})")
+        configs = options.get("configs", {})
+        if not isinstance(configs, dict):
+            raise TemplateError(f"{where}.configs: expected a table of NAME = template")
+        for role in ("server", "client"):
+            if role not in options:
+                raise TemplateError(f"{where}.{role}: missing (a command template)")
+            check_template(options[role], f"{where}.{role}", set(configs))
+            try:
+                shlex.split(options[role])
+            except ValueError as exc:
+                raise TemplateError(f"{where}.{role}: {exc}") from None
+        for name, text in configs.items():
+            if not name.isidentifier():
+                raise TemplateError(f"{where}.configs.{name}: a config name must be an "
+                                    "identifier (templates name it as {config.NAME})")
+            check_template(text, f"{where}.configs.{name}", set(configs) - {name})
+        binaries = options.get("binaries", [])
+        if not isinstance(binaries, list) or not all(isinstance(b, str) for b in binaries):
+            raise TemplateError(f"{where}.binaries: expected a list of program names")
+        for role in ("server_ready", "client_ready"):
+            if role in options and not isinstance(options[role], str):
+                raise TemplateError(f"{where}.{role}: expected a regular expression")
+
+    def peer_binaries(self) -> list[str]:
+        return list(self.options.get("binaries", []))
+
+    # --- one cell ------------------------------------------------------------------
+
+    def _values(self, ctx: CellContext) -> dict[str, Any]:
+        state = ctx.workdir / f"{self.name}-state"
+        state.mkdir(exist_ok=True)
+        secret_file = state / "secret"
+        if not secret_file.exists():  # one secret per cell, the same for both sides
+            secret_file.write_text(secrets.token_hex(16))
+        values: dict[str, Any] = {
+            "server_host": ctx.lab.addr("bridge"), "server_port": str(SERVER_PORT),
+            "socks_host": SOCKS_HOST, "socks_port": str(SOCKS_PORT),
+            "secret": secret_file.read_text().strip(), "state": str(state),
+            "target_host": ctx.upstream[0], "target_port": str(ctx.upstream[1]),
+            "lab_ca": str(ctx.lab_ca or ""),
+        }
+        paths = {}
+        for name, text in self.options.get("configs", {}).items():
+            path = state / name
+            path.write_text(text.format(**values, config=_Config(paths)))
+            paths[name] = str(path)
+        values["config"] = _Config(paths)
+        return values
+
+    def _argv(self, role: str, ctx: CellContext) -> list[str]:
+        missing = [b for b in self.peer_binaries() if shutil.which(b) is None]
+        if missing:
+            raise FileNotFoundError(f"{self.name}: {', '.join(missing)} not installed "
+                                    "(scripts/setup installs the Debian tools)")
+        values = self._values(ctx)
+        return [token.format(**values) for token in shlex.split(self.options[role])]
+
+    def _service(self, role: str, node: str, ctx: CellContext, host: str, port: int) -> Service:
+        argv = self._argv(role, ctx)
+        ready = self.options.get(f"{role}_ready")
+        timeout = float(self.options.get("ready_timeout_s", 15.0))
+        if ready:
+            return Service(f"{self.name}-{role}", node, argv, ready=ready,
+                           ready_timeout_s=timeout)
+        # No log to watch for: ready when the port accepts a connection.
+        return Service(f"{self.name}-{role}", node,
+                       ctx.py("ptlab.extlaunch", "--ready-port", f"{host}:{port}",
+                              "--component", f"{self.name}-{role}", "--", *argv),
+                       ready_timeout_s=timeout)
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        return [self._service("server", "bridge", ctx, ctx.lab.addr("bridge"), SERVER_PORT)]
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        return [self._service("client", "client", ctx, SOCKS_HOST, SOCKS_PORT)]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        return Endpoint(SOCKS_HOST, SOCKS_PORT, *ctx.upstream)
+
+    def state_dir(self, ctx: CellContext) -> Path:
+        return ctx.workdir / f"{self.name}-state"

@@ -1,0 +1,179 @@
+"""Bring-your-own-tool rows: templates checked at spec load, filled per cell, and a
+real tool (Debian's shadowsocks-libev) run from command lines alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ptlab import plugins
+from ptlab.plugins.base import CellContext
+from ptlab.plugins.external import ExternalPlugin
+from ptlab.spec import SpecError, parse_spec
+
+SS = {"kind": "external", "mode": "socks",
+      "server": "ss-server -s {server_host} -p {server_port} -k {secret} "
+                "-m chacha20-ietf-poly1305",
+      "client": "ss-local -s {server_host} -p {server_port} -l {socks_port} -b {socks_host} "
+                "-k {secret} -m chacha20-ietf-poly1305",
+      "binaries": ["ss-server", "ss-local"]}
+
+
+def spec_with(row: dict) -> dict:
+    return {"transports": {"mytool": row}, "censors": {"none": {}}}
+
+
+def test_an_external_row_loads_and_becomes_the_rows_plugin():
+    spec = parse_spec(spec_with(SS), known_transports=plugins.available())
+    assert "mytool" in spec.transports
+    plugin = plugins.get("mytool")
+    assert isinstance(plugin, ExternalPlugin) and plugin.peer_binaries() == ["ss-server",
+                                                                             "ss-local"]
+    assert "ss-local against ss-server" in plugin.description
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"client": "ss-local -l {sock_port}"},
+     "transports.mytool.client: unknown placeholder {sock_port} (did you mean 'socks_port'?)"),
+    ({"server": "ss-server -p {server_port"}, "transports.mytool.server: "),
+    ({"server": "ss-server 'unclosed"}, "transports.mytool.server: No closing quotation"),
+    ({"clinet": "x"}, "transports.mytool.clinet: unknown key"),
+    ({"mode": "tunnel"}, "transports.mytool.mode: 'tunnel' is not supported"),
+    ({"configs": {"c_json": "{{\"port\": {nope}}}"}},
+     "transports.mytool.configs.c_json: unknown placeholder {nope}"),
+    ({"configs": {"c.json": "x"}}, "transports.mytool.configs.c.json: a config name must"),
+    ({"binaries": "ss-server"}, "transports.mytool.binaries: expected a list"),
+])
+def test_bad_templates_fail_at_spec_load_with_the_key_path(change, message):
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with({**SS, **change}))
+    assert str(exc.value).startswith("spec: " + message), exc.value
+
+
+def test_missing_command_is_named():
+    row = dict(SS)
+    del row["client"]
+    with pytest.raises(SpecError, match="transports.mytool.client: missing"):
+        parse_spec(spec_with(row))
+
+
+class _Lab:
+    def addr(self, role: str) -> str:
+        return {"bridge": "198.18.3.2", "web": "198.18.5.2"}[role]
+
+
+def test_templates_and_configs_are_filled_per_cell(tmp_path: Path):
+    row = {**SS, "binaries": [sys.executable.rsplit("/", 1)[-1]],
+           "configs": {"server.json": '{{"server": "{server_host}", "port": {server_port}, '
+                                      '"password": "{secret}"}}'},
+           "server": "python3 -c pass --config {config.server.json}"}
+    # "server.json" is not an identifier: the config placeholder names must be.
+    with pytest.raises(SpecError):
+        parse_spec(spec_with(row))
+    row["configs"] = {"server_json": row["configs"]["server.json"]}
+    row["server"] = "python3 -c pass --config {config.server_json} --state {state}"
+    parse_spec(spec_with(row))
+    plugin = plugins.get("mytool")
+    ctx = CellContext(lab=_Lab(), workdir=tmp_path, options=row, seed=1,  # type: ignore[arg-type]
+                      upstream=("198.18.5.2", 80))
+    argv = plugin._argv("server", ctx)
+    config = Path(argv[argv.index("--config") + 1])
+    doc = json.loads(config.read_text())
+    secret = (tmp_path / "mytool-state" / "secret").read_text().strip()
+    assert doc == {"server": "198.18.3.2", "port": 9850, "password": secret}
+    assert argv[-1] == str(tmp_path / "mytool-state")
+    # The client gets the same secret in the same cell.
+    client = plugin._argv("client", ctx) if shutil.which("ss-local") else None
+    if client is not None:
+        assert secret in client
+
+
+def test_a_tool_that_is_not_installed_is_named(tmp_path: Path):
+    parse_spec(spec_with({**SS, "binaries": ["no-such-tool-ptl"]}))
+    ctx = CellContext(lab=_Lab(), workdir=tmp_path, options={}, seed=1,  # type: ignore[arg-type]
+                      upstream=("198.18.5.2", 80))
+    with pytest.raises(FileNotFoundError, match="no-such-tool-ptl not installed"):
+        plugins.get("mytool").servers(ctx)
+
+
+def test_extlaunch_says_ready_when_the_port_opens_and_passes_sigterm_on(tmp_path: Path):
+    server = ("import socket, signal, sys, time\n"
+              "time.sleep(0.3)\n"
+              "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+              "s.bind(('127.0.0.1', 0)); s.listen()\n"
+              f"open({str(tmp_path / 'port')!r}, 'w').write(str(s.getsockname()[1]))\n"
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\n"
+              "while True: time.sleep(0.1)\n")
+    # The port is unknown until the tool binds it here, so wait on a fixed one instead.
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "ptlab.extlaunch", "--ready-port",
+                             "127.0.0.1:1", "--component", "t", "--", sys.executable, "-c",
+                             server], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while not port_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert port_file.exists()
+    time.sleep(0.3)  # port 1 never opens: no ready event
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=10)
+    events = [json.loads(x) for x in out.splitlines()]
+    assert [e["event"] for e in events] == ["exited"] and events[0]["status"] == 3
+    assert proc.returncode == 3
+
+
+def test_extlaunch_ready_event(tmp_path: Path):
+    import socket as _socket
+
+    listener = _socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    out = subprocess.run([sys.executable, "-m", "ptlab.extlaunch", "--ready-port",
+                          f"127.0.0.1:{port}", "--component", "t", "--", sys.executable,
+                          "-c", "import time; time.sleep(0.5)"],
+                         capture_output=True, text=True, timeout=20)
+    listener.close()
+    events = [json.loads(x)["event"] for x in out.stdout.splitlines()]
+    assert events == ["ready", "exited"] and out.returncode == 0
+
+
+needs_ss = pytest.mark.skipif(shutil.which("ss-server") is None,
+                              reason="shadowsocks-libev is not installed (scripts/setup)")
+
+
+@pytest.mark.lab
+@needs_ss
+def test_debian_shadowsocks_from_command_lines_moves_the_bulk_byte_exact(lab):
+    parse_spec(spec_with(SS))  # registers "mytool"
+    lab.spec.transports["mytool"] = SS
+    try:
+        row = lab.run_cell("mytool", "none", bulk_size=2_000_000, benign=True)
+    finally:
+        lab.spec.transports.pop("mytool")
+    assert row.status == "reachable", row.error
+    assert row.goodput_mbps and row.collateral == 0.0
+
+
+@pytest.mark.lab
+@needs_ss
+def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
+    """Wu et al. (USENIX Security 2023): Shadowsocks' first packet is random-looking,
+    so no exemption applies; at p = 1 every connection is caught."""
+    parse_spec(spec_with(SS))
+    lab.spec.transports["mytool"] = SS
+    fet = {"policy": {"rules": [{"detector": "fet", "action": "residual",
+                                 "probability": 1.0}]},
+           "actions": {"residual": {"seconds": [20]}}}
+    try:
+        row = lab.run_cell("mytool", "gfw-fet-2021", fet, bootstrap_timeout_s=4.0)
+    finally:
+        lab.spec.transports.pop("mytool")
+    assert (row.status, row.repetitions_ok) == ("blocked", 0), row.error
+    assert (row.detector, row.detection_data_packet) == ("fet", 1)
