@@ -14,7 +14,8 @@ real client in the client namespace, from command templates the lab fills in::
 
 Placeholders: ``{server_host}`` ``{server_port}`` (where the server listens),
 ``{socks_host}`` ``{socks_port}`` (the client's SOCKS5 front the workloads use),
-``{secret}`` (random per cell), ``{state}`` (the cell's directory for this row),
+``{secret}`` (random per cell; ``{uuid}`` is the same as a UUID), ``{state}``
+(the cell's directory for this row),
 ``{target_host}`` ``{target_port}`` (the web server the workloads fetch from),
 ``{lab_ca}`` (the lab CA's certificate) and ``{config.NAME}`` (the path of
 config file NAME, rendered from ``[transports.X.configs]`` with the same
@@ -43,8 +44,8 @@ SOCKS_HOST, SOCKS_PORT = "127.0.0.1", 1086
 MODES = ("socks",)
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
         "server_ready", "client_ready", "ready_timeout_s"}
-PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "state",
-                "target_host", "target_port", "lab_ca"}
+PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
+                "state", "target_host", "target_port", "lab_ca"}
 
 
 class TemplateError(ValueError):
@@ -140,7 +141,9 @@ class ExternalPlugin(LabPlugin):
         values: dict[str, Any] = {
             "server_host": ctx.lab.addr("bridge"), "server_port": str(SERVER_PORT),
             "socks_host": SOCKS_HOST, "socks_port": str(SOCKS_PORT),
-            "secret": secret_file.read_text().strip(), "state": str(state),
+            "secret": (secret := secret_file.read_text().strip()), "state": str(state),
+            # The secret as a UUID, for tools whose users are UUIDs (VMess, VLESS).
+            "uuid": f"{secret[:8]}-{secret[8:12]}-{secret[12:16]}-{secret[16:20]}-{secret[20:32]}",
             "target_host": ctx.upstream[0], "target_port": str(ctx.upstream[1]),
             "lab_ca": str(ctx.lab_ca or ""),
         }

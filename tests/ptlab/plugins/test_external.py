@@ -177,3 +177,34 @@ def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
         lab.spec.transports.pop("mytool")
     assert (row.status, row.repetitions_ok) == ("blocked", 0), row.error
     assert (row.detector, row.detection_data_packet) == ("fet", 1)
+
+
+PROXIES = Path(__file__).resolve().parents[3] / "experiments" / "proxies.toml"
+FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probability": 1.0}]},
+       "actions": {"residual": {"seconds": [20]}}}
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("row", "censor", "status"), [
+    ("vmess", "none", "reachable"),        # v2ray's VMess over TCP, from config templates
+    ("vmess", "gfw-fet-2021", "blocked"),  # Wu et al. 2023: VMess caught
+    ("shadowsocks-obfs-http", "gfw-fet-2021", "reachable"),  # HTTP-looking: exempt (Ex5)
+])
+def test_curated_proxy_rows_against_fet(lab, row, censor, status):
+    from ptlab.spec import load_spec
+
+    spec = load_spec(PROXIES, plugins.available())  # registers the external rows
+    binaries = plugins.get(row).peer_binaries()
+    if missing := [b for b in binaries if shutil.which(b) is None]:
+        pytest.skip(f"{', '.join(missing)} not installed (scripts/setup installs them)")
+    lab.spec.transports[row] = spec.transports[row]
+    try:
+        cell = lab.run_cell(row, censor, FET if censor != "none" else None,
+                            bootstrap_timeout_s=5.0, bulk_size=2_000_000)
+    finally:
+        lab.spec.transports.pop(row)
+    assert cell.status == status, cell.error
+    if status == "blocked":
+        assert (cell.detector, cell.detection_data_packet) == ("fet", 1)
+    else:
+        assert cell.detector is None and cell.goodput_mbps
