@@ -2,11 +2,12 @@
 
 Tools such as ss-server print nothing the lab could wait for, so this launcher
 runs the tool (its output goes to the same log), polls a TCP port until it
-accepts a connection, and then writes the lab's ``ready`` event. SIGTERM and
-SIGINT are passed on to the tool; the launcher exits with the tool's status.
+accepts a connection (or, for a VPN, until its tun device exists), and then
+writes the lab's ``ready`` event. SIGTERM and SIGINT are passed on to the tool;
+the launcher exits with the tool's status.
 Used by bring-your-own-tool rows (ptlab.plugins.external).
 
-``python -m ptlab.extlaunch --ready-port HOST:PORT [--component NAME] -- CMD...``
+``python -m ptlab.extlaunch --ready-port HOST:PORT | --ready-dev DEV [--component NAME] -- CMD...``
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ptcommon.events import EventLog
 from transports.common.hostport import split_hostport
@@ -32,7 +34,9 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ptlab.extlaunch", description=__doc__)
-    p.add_argument("--ready-port", required=True, help="HOST:PORT that accepts when ready")
+    ready = p.add_mutually_exclusive_group(required=True)
+    ready.add_argument("--ready-port", help="HOST:PORT that accepts when ready")
+    ready.add_argument("--ready-dev", help="a network device that exists when ready (a tun)")
     p.add_argument("--component", default="external", help="the events' component name")
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the tool's command line")
@@ -41,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     if not cmd:
         p.error("no command after --")
     events = EventLog(args.component)
-    host, port = split_hostport(args.ready_port)
+    if args.ready_port:
+        host, port = split_hostport(args.ready_port)
+
+        def is_ready() -> bool:
+            return port_open(host, port)
+    else:
+        def is_ready() -> bool:
+            return Path(f"/sys/class/net/{args.ready_dev}").exists()
     try:
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -50,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     while child.poll() is None:
-        if port_open(host, port):
-            events.ready(pid=child.pid, port=port)
+        if is_ready():
+            events.ready(pid=child.pid, on=args.ready_port or args.ready_dev)
             break
         time.sleep(args.interval)
     status = child.wait()

@@ -24,7 +24,7 @@ from netns.lab import EPHEMERAL_PORTS
 
 #: Source ports the benign workload binds: above the ephemeral range, so no
 #: transport client socket can have one.
-BENIGN_PORTS = range(EPHEMERAL_PORTS[1] + 1, 65536)
+BENIGN_PORTS = range(EPHEMERAL_PORTS[1] + 1, 65535)  # 61000-65534: ip rule refuses 65535
 
 TCP, UDP = 6, 17
 TRANSPORT, PROBE, INFRA, OTHER = "transport", "probe", "infra", "other"

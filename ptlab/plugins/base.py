@@ -45,6 +45,9 @@ class Endpoint:
     target_host: str
     target_port: int
     args: dict[str, str] = field(default_factory=dict)
+    # False for a VPN row: no SOCKS front; the workloads connect to the target
+    # directly and the lab's routes take them through the tunnel.
+    socks: bool = True
 
 
 @dataclass

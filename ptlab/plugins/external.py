@@ -37,15 +37,21 @@ from typing import Any
 
 from ptcommon.suggest import did_you_mean
 
+from ..flowroles import BENIGN_PORTS
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 SERVER_PORT = 9850
 SOCKS_HOST, SOCKS_PORT = "127.0.0.1", 1086
-MODES = ("socks",)
+MODES = ("socks", "tunnel")
+# Tunnel mode: the tunnel's two ends (lab space). Each side's device is named for
+# the lab and the side (tun_device): wireguard-go's control socket lives in the
+# host's /run/wireguard/, which every namespace and every lab shares.
+TUN_SUBNET, TUN_SERVER, TUN_CLIENT = "198.19.253.0/30", "198.19.253.1", "198.19.253.2"
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
         "server_ready", "client_ready", "ready_timeout_s"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
-                "state", "target_host", "target_port", "lab_ca"}
+                "state", "target_host", "target_port", "lab_ca", "tun_dev", "tun_server",
+                "tun_client"}
 
 
 class TemplateError(ValueError):
@@ -132,7 +138,12 @@ class ExternalPlugin(LabPlugin):
 
     # --- one cell ------------------------------------------------------------------
 
-    def _values(self, ctx: CellContext) -> dict[str, Any]:
+    @staticmethod
+    def tun_device(ctx: CellContext, role: str) -> str:
+        """The tun device of ``role`` ("server"/"client"): ptl, the lab id, the side."""
+        return f"ptl{getattr(ctx.lab, 'id', '') or ''}tun{role[0]}"[:15]
+
+    def _values(self, ctx: CellContext, role: str) -> dict[str, Any]:
         state = ctx.workdir / f"{self.name}-state"
         state.mkdir(exist_ok=True)
         secret_file = state / "secret"
@@ -146,6 +157,8 @@ class ExternalPlugin(LabPlugin):
             "uuid": f"{secret[:8]}-{secret[8:12]}-{secret[12:16]}-{secret[16:20]}-{secret[20:32]}",
             "target_host": ctx.upstream[0], "target_port": str(ctx.upstream[1]),
             "lab_ca": str(ctx.lab_ca or ""),
+            "tun_dev": self.tun_device(ctx, role), "tun_server": TUN_SERVER,
+            "tun_client": TUN_CLIENT,
         }
         paths = {}
         for name, text in self.options.get("configs", {}).items():
@@ -160,8 +173,12 @@ class ExternalPlugin(LabPlugin):
         if missing:
             raise FileNotFoundError(f"{self.name}: {', '.join(missing)} not installed "
                                     "(scripts/setup installs the Debian tools)")
-        values = self._values(ctx)
+        values = self._values(ctx, role)
         return [token.format(**values) for token in shlex.split(self.options[role])]
+
+    @property
+    def tunnel(self) -> bool:
+        return self.options.get("mode", "socks") == "tunnel"
 
     def _service(self, role: str, node: str, ctx: CellContext, host: str, port: int) -> Service:
         argv = self._argv(role, ctx)
@@ -170,20 +187,35 @@ class ExternalPlugin(LabPlugin):
         if ready:
             return Service(f"{self.name}-{role}", node, argv, ready=ready,
                            ready_timeout_s=timeout)
-        # No log to watch for: ready when the port accepts a connection.
+        # No log to watch for: ready when the port accepts a connection, or (a VPN)
+        # when its tun device exists.
+        check = (["--ready-dev", self.tun_device(ctx, role)] if self.tunnel
+                 else ["--ready-port", f"{host}:{port}"])
         return Service(f"{self.name}-{role}", node,
-                       ctx.py("ptlab.extlaunch", "--ready-port", f"{host}:{port}",
-                              "--component", f"{self.name}-{role}", "--", *argv),
+                       ctx.py("ptlab.extlaunch", *check, "--component", f"{self.name}-{role}",
+                              "--", *argv),
                        ready_timeout_s=timeout)
 
     def servers(self, ctx: CellContext) -> list[Service]:
-        return [self._service("server", "bridge", ctx, ctx.lab.addr("bridge"), SERVER_PORT)]
+        out = [self._service("server", "bridge", ctx, ctx.lab.addr("bridge"), SERVER_PORT)]
+        if self.tunnel:
+            out.append(Service(f"{self.name}-tunroute-server", "bridge", ctx.py(
+                "ptlab.tunroute", "server", "--dev", self.tun_device(ctx, "server"),
+                "--subnet", TUN_SUBNET)))
+        return out
 
     def clients(self, ctx: CellContext) -> list[Service]:
-        return [self._service("client", "client", ctx, SOCKS_HOST, SOCKS_PORT)]
+        out = [self._service("client", "client", ctx, SOCKS_HOST, SOCKS_PORT)]
+        if self.tunnel:
+            out.append(Service(f"{self.name}-tunroute-client", "client", ctx.py(
+                "ptlab.tunroute", "client", "--dev", self.tun_device(ctx, "client"),
+                "--via", TUN_SERVER,
+                "--to", f"{ctx.upstream[0]}/32",
+                "--benign-ports", f"{BENIGN_PORTS.start}-{BENIGN_PORTS.stop - 1}")))
+        return out
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
-        return Endpoint(SOCKS_HOST, SOCKS_PORT, *ctx.upstream)
+        return Endpoint(SOCKS_HOST, SOCKS_PORT, *ctx.upstream, socks=not self.tunnel)
 
     def state_dir(self, ctx: CellContext) -> Path:
         return ctx.workdir / f"{self.name}-state"

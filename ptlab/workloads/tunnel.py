@@ -36,7 +36,10 @@ class TunnelError(ConnectionError):
 
 async def open_tunnel(ns: str | None, ep: Endpoint,
                       timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the transport's SOCKS5 front and CONNECT to its bridge."""
+    """Connect to the transport's SOCKS5 front and CONNECT to its bridge (or, for a
+    tunnel row, straight to the target: the routes take it through the tunnel)."""
+    if not ep.socks:
+        return await ns_open_connection(ns, ep.target_host, ep.target_port, timeout)
     reader, writer = await ns_open_connection(ns, ep.socks_host, ep.socks_port, timeout)
     try:
         await asyncio.wait_for(
