@@ -13,7 +13,7 @@ def _lab_events_reach_events_jsonl(request: pytest.FixtureRequest):
     """After every test that used the shared lab: each event any lab process
     logged is in the lab's events.jsonl (docs/architecture.md §3.1)."""
     yield
-    lab = getattr(request.node, "funcargs", {}).get("lab")
+    lab = (getattr(request.node, "funcargs", None) or {}).get("lab")  # None: interrupted
     if not isinstance(lab, LabFixture):  # not the plugin's shared lab (or none)
         return
     lab.runner.flush_events()  # services may log a connection's end after its cell
