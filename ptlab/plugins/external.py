@@ -32,7 +32,6 @@ import secrets
 import shlex
 import shutil
 import string
-from pathlib import Path
 from typing import Any
 
 from ptcommon.suggest import did_you_mean
@@ -216,6 +215,3 @@ class ExternalPlugin(LabPlugin):
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
         return Endpoint(SOCKS_HOST, SOCKS_PORT, *ctx.upstream, socks=not self.tunnel)
-
-    def state_dir(self, ctx: CellContext) -> Path:
-        return ctx.workdir / f"{self.name}-state"
