@@ -22,7 +22,9 @@ from transports.snowflake.turbotunnel.redial import TurboTunnelSession
 
 
 async def hash_server():
-    """Reads until EOF, answers with SHA-256 and the length; 'D<n>' sends n bytes."""
+    """'U' then bytes until EOF: answers with their SHA-256 and length; 'D<n>\\n' sends
+    n random bytes after their SHA-256. (A command byte, so a random upload that
+    happens to start with "D" is not taken for a download: 1 run in 256 was.)"""
     async def handle(reader, writer):
         first = await reader.readexactly(1)
         if first == b"D":
@@ -33,7 +35,8 @@ async def hash_server():
                 writer.write(blob[i:i + 65536])
                 await writer.drain()
         else:
-            h, total = hashlib.sha256(first), 1
+            assert first == b"U", first
+            h, total = hashlib.sha256(), 0
             while data := await reader.read(65536):
                 h.update(data)
                 total += len(data)
@@ -57,6 +60,7 @@ async def bridge():
 
 async def upload(session: TurboTunnelSession, payload: bytes) -> bytes:
     reader, writer = await session.open_stream()
+    writer.write(b"U")
     for i in range(0, len(payload), 65536):
         writer.write(payload[i:i + 65536])
         await writer.drain()
