@@ -68,3 +68,15 @@ def test_the_checker_reports_a_line_the_runner_cannot_keep(tmp_path: Path):
     p.write(json.dumps({"event": "stats", "sessions": 2}) + "\n")
     r._collect_events("cell", [p])
     assert lost_events(tmp_path) == ['meek.log: {"event": "stats", "sessions": 2}']
+
+
+def test_the_checker_leaves_lines_stamped_after_the_read_for_later(tmp_path: Path):
+    r = runner(tmp_path)
+    p = FakeProcess("benign", tmp_path / "benign.log")
+    p.write(event_line("benign", "binary") + "\n")
+    r._collect_events("lab", [p])
+    late = json.loads(event_line("benign", "binary"))
+    late["ts"] += 60  # written after the runner's last read
+    p.write(json.dumps(late) + "\n")
+    assert lost_events(tmp_path, before=late["ts"] - 1) == []
+    assert len(lost_events(tmp_path)) == 1

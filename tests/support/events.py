@@ -19,9 +19,11 @@ def _key(rec: dict) -> tuple:
     return rec.get("ts"), rec.get("component"), rec.get("event")
 
 
-def lost_events(out_dir: Path) -> list[str]:
+def lost_events(out_dir: Path, before: float | None = None) -> list[str]:
     """Every event line in a ``*.log`` under ``out_dir`` that events.jsonl lacks,
-    as ``"<log>: <line>"``; a line the runner cannot parse as an event counts."""
+    as ``"<log>: <line>"``; a line the runner cannot parse as an event counts.
+    With ``before`` (epoch seconds), only events stamped earlier are asked for: a
+    service may still be writing when the runner last read its log."""
     kept_path = out_dir / "events.jsonl"
     kept = ({_key(json.loads(line)) for line in kept_path.read_text().splitlines()}
             if kept_path.exists() else set())
@@ -30,6 +32,9 @@ def lost_events(out_dir: Path) -> list[str]:
         for line in log.read_text(errors="replace").splitlines():
             rec = event_like(line)
             if rec is None:
+                continue
+            if before is not None and isinstance(rec.get("ts"), int | float) \
+                    and rec["ts"] >= before:
                 continue
             if parse_event_line(line) is None or _key(rec) not in kept:
                 lost.append(f"{log.relative_to(out_dir)}: {line.strip()[:200]}")
