@@ -55,13 +55,17 @@ def latency(row: Row) -> str:
     return f"{row.latency_ms:.1f} [{lo:.1f}, {hi:.1f}]{note} n={n}"
 
 
+def broken_classes(row: Row) -> list[str]:
+    """Each benign class with a blocked flow, as "class blocked/run"."""
+    return [f"{k} {d['blocked']}/{d['ok'] + d['blocked']}"
+            for k, d in sorted(row.benign_detail.items()) if d.get("blocked")]
+
+
 def collateral(row: Row) -> str:
     """Benign classes broken, k/n each, e.g. "binary 1/1, https 1/3"; "0/9" if none."""
     if row.collateral is None:
         return "—"
-    broken = [f"{k} {d['blocked']}/{d['ok'] + d['blocked']}"
-              for k, d in sorted(row.benign_detail.items()) if d.get("blocked")]
-    return ", ".join(broken) if broken else f"0/{row.benign_total}"
+    return ", ".join(broken_classes(row)) or f"0/{row.benign_total}"
 
 
 def detection(row: Row) -> str:
@@ -70,3 +74,30 @@ def detection(row: Row) -> str:
         return "—"
     where = f" @{row.detection_data_packet}" if row.detection_data_packet else ""
     return f"{row.detector}{where} → {row.action}" if row.action else row.detector
+
+
+def summary(row: Row) -> str:
+    """The cell in one line a researcher can quote: status with k of n, what the
+    censor did to the transport, and which benign classes it broke.
+
+    e.g. "reachable 3/3, transport undetected, collateral binary 1/1" or
+    "blocked 0/3, by fet at the first data packet (residual)".
+    """
+    if row.status == "ERROR":
+        return f"ERROR: {row.error}"
+    parts = [status(row)]
+    if row.detector is None:
+        parts.append("transport undetected")
+    else:
+        where = ""
+        if row.detection_data_packet == 1:
+            where = " at the first data packet"
+        elif row.detection_data_packet:
+            where = f" at data packet {row.detection_data_packet}"
+        elif row.detection_data_packet == 0:
+            where = " before any data"
+        verb = "by" if row.status == "blocked" else "detected by"
+        parts.append(f"{verb} {row.detector}{where} ({row.action})")
+    if broken := broken_classes(row):
+        parts.append("collateral " + ", ".join(broken))
+    return ", ".join(parts)

@@ -28,7 +28,6 @@ from typing import Any
 
 from . import cellfmt, figures
 from .results import Results, Row, load_results
-from .scoring import describe
 
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
@@ -319,7 +318,7 @@ def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -
     notes = "".join(f"<li>{escape(n)}</li>" for n in row.notes)
     return (f'<section class="cell" id="{anchor(row)}">'
             f"<h3>{escape(row.transport)} × {escape(row.censor)}</h3>"
-            f"<p><strong>{escape(describe(row))}</strong></p>"
+            f"<p><strong>{escape(cellfmt.summary(row))}</strong></p>"
             + (f"<ul>{notes}</ul>" if notes else "")
             + "<h4>Repetitions</h4>" + _repetitions_html(row)
             + "<h4>Timeline</h4>" + _timeline_html(events)

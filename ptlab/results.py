@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
 import os
 import platform
 import shutil
@@ -221,8 +220,6 @@ def _csv_cell(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("results contain NaN or infinity")
     return str(value)
 
 

@@ -177,36 +177,6 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
         row.notes.append("censor reported no counters (did it crash?)")
 
 
-def describe(row: Row) -> str:
-    """The cell in one line a researcher can quote: status with k of n, what the
-    censor did to the transport, and which benign classes it broke.
-
-    e.g. "reachable 3/3, transport undetected, collateral binary 1/1" or
-    "blocked 0/3, by fet at the first data packet (residual)".
-    """
-    if row.status == "ERROR":
-        return f"ERROR: {row.error}"
-    parts = [row.status + (f" {row.repetitions_ok}/{row.repetitions}"
-                           if row.repetitions_ok is not None else "")]
-    if row.detector is None:
-        parts.append("transport undetected")
-    else:
-        where = ""
-        if row.detection_data_packet == 1:
-            where = " at the first data packet"
-        elif row.detection_data_packet:
-            where = f" at data packet {row.detection_data_packet}"
-        elif row.detection_data_packet == 0:
-            where = " before any data"
-        verb = "by" if row.status == "blocked" else "detected by"
-        parts.append(f"{verb} {row.detector}{where} ({row.action})")
-    broken = {k: d for k, d in sorted(row.benign_detail.items()) if d.get("blocked")}
-    if broken:
-        parts.append("collateral " + ", ".join(
-            f"{k} {d['blocked']}/{d['ok'] + d['blocked']}" for k, d in broken.items()))
-    return ", ".join(parts)
-
-
 def as_baseline(row: Row) -> Row:
     """A transport's no-censor row: nothing blocks without a censor, so a "blocked"
     baseline is an ERROR of the transport or the lab."""

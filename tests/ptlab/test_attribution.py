@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ptlab import scoring, stats
+from ptlab import cellfmt, scoring, stats
 
 FET_P1 = {"policy": {"rules": [{"detector": "fet", "action": "residual",
                                 "probability": 1.0}]},
@@ -26,7 +26,7 @@ def test_direct_is_reachable_undetected_and_the_binary_flow_is_collateral(lab):
     assert row.detector is None and row.detections == {}
     assert row.collateral_detections.get("binary", 0) >= 1
     n = binary["blocked"]
-    assert scoring.describe(row) == (f"reachable {row.repetitions}/{row.repetitions}, "
+    assert cellfmt.summary(row) == (f"reachable {row.repetitions}/{row.repetitions}, "
                                      f"transport undetected, collateral binary {n}/{n}")
     # events.jsonl says the same: the detections carry the benign flow's role.
     events = [json.loads(x) for x in (lab.out_dir / "events.jsonl").read_text().splitlines()]
@@ -42,7 +42,7 @@ def test_direct_is_reachable_undetected_and_the_binary_flow_is_collateral(lab):
 def test_obfs4_is_blocked_by_fet_at_its_first_data_packet(lab):
     row = lab.run_cell("obfs4", "gfw-fet-2021", FET_P1, bootstrap_timeout_s=4.0)
     assert (row.status, row.repetitions_ok) == ("blocked", 0)
-    assert scoring.describe(row) == (f"blocked 0/{row.repetitions}, by fet at the first "
+    assert cellfmt.summary(row) == (f"blocked 0/{row.repetitions}, by fet at the first "
                                      "data packet (residual)")
     assert row.detection_after_first_byte_s is not None
     assert row.detection_after_first_byte_s < 0.5
@@ -66,4 +66,4 @@ def test_a_seeded_half_chance_censor_gives_k_of_n(lab):
     assert 0 < k < 8, row.repetition_outcomes
     assert row.status == scoring.status_of(k, 8)
     assert row.reachability_ci95 == stats.wilson(k, 8)
-    assert scoring.describe(row).startswith(f"{row.status} {k}/8")
+    assert cellfmt.summary(row).startswith(f"{row.status} {k}/8")

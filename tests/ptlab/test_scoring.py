@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ptlab import scoring, stats
+from ptlab import cellfmt, scoring, stats
 from ptlab.flowroles import FlowRoles
 from ptlab.results import Row
 from ptlab.spec import Expectation
@@ -173,11 +173,11 @@ def test_describe_says_what_a_researcher_quotes():
     direct = Row("direct", "gfw-fet", "reachable", repetitions=3, repetitions_ok=3,
                  benign_detail={"binary": {"ok": 0, "blocked": 1},
                                 "https": {"ok": 3, "blocked": 0}})
-    assert scoring.describe(direct) == ("reachable 3/3, transport undetected, "
+    assert cellfmt.summary(direct) == ("reachable 3/3, transport undetected, "
                                         "collateral binary 1/1")
     obfs4 = Row("obfs4", "gfw-fet", "blocked", repetitions=3, repetitions_ok=0,
                 detector="fet", action="residual", detection_data_packet=1)
-    assert scoring.describe(obfs4) == ("blocked 0/3, by fet at the first data packet "
+    assert cellfmt.summary(obfs4) == ("blocked 0/3, by fet at the first data packet "
                                        "(residual)")
 
 
