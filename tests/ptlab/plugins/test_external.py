@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -90,10 +91,9 @@ def test_templates_and_configs_are_filled_per_cell(tmp_path: Path):
     secret = (tmp_path / "mytool-state" / "secret").read_text().strip()
     assert doc == {"server": "198.18.3.2", "port": 9850, "password": secret}
     assert argv[-1] == str(tmp_path / "mytool-state")
-    # The client gets the same secret in the same cell.
-    client = plugin._argv("client", ctx) if shutil.which("ss-local") else None
-    if client is not None:
-        assert secret in client
+    # The client gets the same secret in the same cell (the binaries checked here are
+    # python3's, so this needs no shadowsocks).
+    assert secret in plugin._argv("client", ctx)
 
 
 def test_a_tool_that_is_not_installed_is_named(tmp_path: Path):
@@ -104,7 +104,8 @@ def test_a_tool_that_is_not_installed_is_named(tmp_path: Path):
         plugins.get("mytool").servers(ctx)
 
 
-def test_extlaunch_says_ready_when_the_port_opens_and_passes_sigterm_on(tmp_path: Path):
+def test_extlaunch_is_not_ready_while_its_port_is_closed_and_passes_sigterm_on(
+        tmp_path: Path):
     server = ("import socket, signal, sys, time\n"
               "time.sleep(0.3)\n"
               "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
@@ -112,7 +113,7 @@ def test_extlaunch_says_ready_when_the_port_opens_and_passes_sigterm_on(tmp_path
               f"open({str(tmp_path / 'port')!r}, 'w').write(str(s.getsockname()[1]))\n"
               "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\n"
               "while True: time.sleep(0.1)\n")
-    # The port is unknown until the tool binds it here, so wait on a fixed one instead.
+    # The launcher watches port 1, which never opens: the tool runs, no ready event.
     port_file = tmp_path / "port"
     proc = subprocess.Popen([sys.executable, "-m", "ptlab.extlaunch", "--ready-port",
                              "127.0.0.1:1", "--component", "t", "--", sys.executable, "-c",
@@ -145,44 +146,44 @@ def test_extlaunch_ready_event(tmp_path: Path):
     assert events == ["ready", "exited"] and out.returncode == 0
 
 
-needs_ss = pytest.mark.skipif(shutil.which("ss-server") is None,
-                              reason="shadowsocks-libev is not installed (scripts/setup)")
+PROXIES = Path(__file__).resolve().parents[3] / "experiments" / "proxies.toml"
+FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probability": 1.0}]},
+       "actions": {"residual": {"seconds": [20]}}}
+
+
+def run_row(lab, name: str, options: dict, censor: str = "none",
+            overrides: dict | None = None, **workloads):
+    """Run external row ``name`` (its ``options`` a [transports.X] table) in the shared
+    lab; skipped, with the reason, when one of its tools is not installed."""
+    parse_spec({"transports": {name: options}, "censors": {"none": {}}})  # registers it
+    if missing := [b for b in plugins.get(name).peer_binaries() if shutil.which(b) is None]:
+        pytest.skip(f"{', '.join(missing)} not installed (scripts/setup installs them)")
+    lab.spec.transports[name] = options
+    try:
+        return lab.run_cell(name, censor, overrides, **workloads)
+    finally:
+        lab.spec.transports.pop(name)
+
+
+def curated(name: str) -> dict:
+    """Row ``name``'s table in experiments/proxies.toml."""
+    return tomllib.loads(PROXIES.read_text())["transports"][name]
 
 
 @pytest.mark.lab
-@needs_ss
 def test_debian_shadowsocks_from_command_lines_moves_the_bulk_byte_exact(lab):
-    parse_spec(spec_with(SS))  # registers "mytool"
-    lab.spec.transports["mytool"] = SS
-    try:
-        row = lab.run_cell("mytool", "none", bulk_size=2_000_000, benign=True)
-    finally:
-        lab.spec.transports.pop("mytool")
+    row = run_row(lab, "mytool", SS, bulk_size=2_000_000, benign=True)
     assert row.status == "reachable", row.error
     assert row.goodput_mbps and row.collateral == 0.0
 
 
 @pytest.mark.lab
-@needs_ss
 def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
     """Wu et al. (USENIX Security 2023): Shadowsocks' first packet is random-looking,
     so no exemption applies; at p = 1 every connection is caught."""
-    parse_spec(spec_with(SS))
-    lab.spec.transports["mytool"] = SS
-    fet = {"policy": {"rules": [{"detector": "fet", "action": "residual",
-                                 "probability": 1.0}]},
-           "actions": {"residual": {"seconds": [20]}}}
-    try:
-        row = lab.run_cell("mytool", "gfw-fet-2021", fet, bootstrap_timeout_s=4.0)
-    finally:
-        lab.spec.transports.pop("mytool")
+    row = run_row(lab, "mytool", SS, "gfw-fet-2021", FET, bootstrap_timeout_s=4.0)
     assert (row.status, row.repetitions_ok) == ("blocked", 0), row.error
     assert (row.detector, row.detection_data_packet) == ("fet", 1)
-
-
-PROXIES = Path(__file__).resolve().parents[3] / "experiments" / "proxies.toml"
-FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probability": 1.0}]},
-       "actions": {"residual": {"seconds": [20]}}}
 
 
 @pytest.mark.lab
@@ -192,18 +193,8 @@ FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probabili
     ("shadowsocks-obfs-http", "gfw-fet-2021", "reachable"),  # HTTP-looking: exempt (Ex5)
 ])
 def test_curated_proxy_rows_against_fet(lab, row, censor, status):
-    from ptlab.spec import load_spec
-
-    spec = load_spec(PROXIES, plugins.available())  # registers the external rows
-    binaries = plugins.get(row).peer_binaries()
-    if missing := [b for b in binaries if shutil.which(b) is None]:
-        pytest.skip(f"{', '.join(missing)} not installed (scripts/setup installs them)")
-    lab.spec.transports[row] = spec.transports[row]
-    try:
-        cell = lab.run_cell(row, censor, FET if censor != "none" else None,
-                            bootstrap_timeout_s=5.0, bulk_size=2_000_000)
-    finally:
-        lab.spec.transports.pop(row)
+    cell = run_row(lab, row, curated(row), censor, FET if censor != "none" else None,
+                   bootstrap_timeout_s=5.0, bulk_size=2_000_000)
     assert cell.status == status, cell.error
     if status == "blocked":
         assert (cell.detector, cell.detection_data_packet) == ("fet", 1)
@@ -216,17 +207,7 @@ def test_curated_proxy_rows_against_fet(lab, row, censor, status):
 def test_tunnel_mode_vpns_move_the_bulk_byte_exact_beside_the_benign_mix(lab, row):
     """Tunnel mode: the tools bring up tun devices; the lab routes the workload
     destination into the client's, and the benign mix stays outside it."""
-    from ptlab.spec import load_spec
-
-    spec = load_spec(PROXIES, plugins.available())
-    binaries = plugins.get(row).peer_binaries()
-    if missing := [b for b in binaries if shutil.which(b) is None]:
-        pytest.skip(f"{', '.join(missing)} not installed (scripts/setup installs them)")
-    lab.spec.transports[row] = spec.transports[row]
-    try:
-        cell = lab.run_cell(row, "none", bulk_size=2_000_000, benign=True)
-    finally:
-        lab.spec.transports.pop(row)
+    cell = run_row(lab, row, curated(row), bulk_size=2_000_000, benign=True)
     assert cell.status == "reachable", cell.error
     assert cell.goodput_mbps and cell.collateral == 0.0
     # The routes were put in place for the cell and taken down at its end ...
