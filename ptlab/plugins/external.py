@@ -159,12 +159,12 @@ class ExternalPlugin(LabPlugin):
             "tun_dev": self.tun_device(ctx, role), "tun_server": TUN_SERVER,
             "tun_client": TUN_CLIENT,
         }
-        paths = {}
-        for name, text in self.options.get("configs", {}).items():
-            path = state / name
-            path.write_text(text.format(**values, config=_Config(paths)))
-            paths[name] = str(path)
-        values["config"] = _Config(paths)
+        # Each side renders its own copy ({tun_dev} differs by side), and every path is
+        # known before any file is written, so configs may name each other in any order.
+        configs = self.options.get("configs", {})
+        values["config"] = _Config({name: str(state / f"{role}-{name}") for name in configs})
+        for name, text in configs.items():
+            (state / f"{role}-{name}").write_text(text.format(**values))
         return values
 
     def _argv(self, role: str, ctx: CellContext) -> list[str]:

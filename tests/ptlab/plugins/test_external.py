@@ -91,9 +91,22 @@ def test_templates_and_configs_are_filled_per_cell(tmp_path: Path):
     secret = (tmp_path / "mytool-state" / "secret").read_text().strip()
     assert doc == {"server": "198.18.3.2", "port": 9850, "password": secret}
     assert argv[-1] == str(tmp_path / "mytool-state")
+    assert config == tmp_path / "mytool-state" / "server-server_json"
     # The client gets the same secret in the same cell (the binaries checked here are
     # python3's, so this needs no shadowsocks).
     assert secret in plugin._argv("client", ctx)
+
+
+def test_configs_may_name_each_other_in_any_order(tmp_path: Path):
+    row = {**SS, "binaries": [], "server": "tool {config.a}",
+           "configs": {"a": "include {config.b}", "b": "port = {server_port}"}}
+    parse_spec(spec_with(row))
+    ctx = CellContext(lab=_Lab(), workdir=tmp_path, options=row, seed=1,  # type: ignore[arg-type]
+                      upstream=("198.18.5.2", 80))
+    argv = plugins.get("mytool")._argv("server", ctx)
+    a = Path(argv[1])
+    assert a.read_text() == f"include {a.parent / 'server-b'}"
+    assert (a.parent / "server-b").read_text() == "port = 9850"
 
 
 def test_a_tool_that_is_not_installed_is_named(tmp_path: Path):
