@@ -16,12 +16,12 @@ def status(row: Row) -> str:
     return f"{row.status} {row.repetitions_ok}/{row.repetitions}"
 
 
-def reachability(row: Row) -> str:
-    """k/n with its Wilson interval, e.g. "2/3 [21 %, 94 %]"."""
-    if row.repetitions_ok is None or row.reachability_ci95 is None:
-        return "—"
+def reachability_interval(row: Row) -> str:
+    """The Wilson interval of k/n, e.g. "[21%, 94%]" ("" without one)."""
+    if row.reachability_ci95 is None:
+        return ""
     lo, hi = row.reachability_ci95
-    return f"{row.repetitions_ok}/{row.repetitions} [{lo:.0%}, {hi:.0%}]"
+    return f"[{lo:.0%}, {hi:.0%}]"
 
 
 def _digits(x: float) -> int:

@@ -198,7 +198,7 @@ def _results_table_html(rows: Sequence[Row]) -> str:
         body.append(
             f'<tr><td><a href="#{anchor(r)}">{escape(r.transport)} × {escape(r.censor)}</a></td>'
             f'<td class="status status-{escape(r.status)}">{escape(cellfmt.status(r))} '
-            f"{escape(cellfmt.reachability(r).partition(' ')[2])}</td>"
+            f"{escape(cellfmt.reachability_interval(r))}</td>"
             f'<td class="num">{escape(cellfmt.goodput(r))}</td>'
             f'<td class="num">{escape(cellfmt.latency(r))}</td>'
             f'<td class="num">{"—" if r.rtt_ms is None else f"{r.rtt_ms:.1f}"}</td>'
