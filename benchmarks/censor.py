@@ -8,7 +8,12 @@
 2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
    HTTP detectors, and the whole engine (4-packet flows), over a corpus of
    recorded first packets. Target ≥ 5,000 flows/s.
-3. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
+3. **Marginal cost of the VPN detectors** offline: the engine per packet on
+   flows they do not match (the TCP corpus, plus DNS- and QUIC-like UDP
+   flows), ``gfw-fet-2021`` alone against ``gfw-fet-2021`` with the
+   ``openvpn`` and ``wireguard`` detectors added. Target: at most +10 % per
+   packet (issue 22; docs/censors/vpn.md).
+4. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
    random bytes, echo, close) as fast as one client can make them, censor off
    against ``gfw-fet-2021`` with p = 0 (every flow fully inspected, none
    blocked), and the censor's own per-packet cost from its counters.
@@ -145,6 +150,79 @@ def classifier_rates(n: int = 20000) -> dict[str, float]:
     return rates
 
 
+def _unmatched_flows(n: int) -> list[list[tuple[object, bool]]]:
+    """Flows no VPN detector matches: the TCP corpus (handshake and one payload) and
+    UDP flows shaped like DNS (a query, an answer) and QUIC (an Initial, answers)."""
+    from censor_sim import packet
+
+    mk, rng, c, s = packet.Packet, random.Random(4), "198.18.0.2", "198.18.5.2"
+    flows = []
+    for i, d in enumerate(corpus(n)):
+        cp = 10000 + i % 50000
+        if i % 3 == 0:
+            dns = [(mk(b"", 4, c, s, 17, 64, 0, 20, cp, 53, payload=rng.randbytes(40)), True),
+                   (mk(b"", 4, s, c, 17, 64, 0, 20, 53, cp, payload=rng.randbytes(90)), False)]
+            flows.append(dns)
+        elif i % 3 == 1:
+            quic = [(mk(b"", 4, c, s, 17, 64, 0, 20, cp, 443,
+                        payload=b"\xc3" + rng.randbytes(1199)), True)]
+            quic += [(mk(b"", 4, s, c, 17, 64, 0, 20, 443, cp,
+                         payload=bytes([0x40 | rng.randrange(64)]) + rng.randbytes(1000)), False)
+                     for _ in range(5)]
+            flows.append(quic)
+        else:
+            flows.append([
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 1, 0, packet.SYN, 5), True),
+                (mk(b"", 4, s, c, 6, 64, 0, 20, 443, cp, 9, 2, packet.SYN | packet.ACK, 5), False),
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 2, 10, packet.ACK, 5), True),
+                (mk(b"", 4, c, s, 6, 64, 0, 20, cp, 443, 2, 10, packet.ACK | packet.PSH, 5,
+                    payload=d), True)])
+    return flows
+
+
+def vpn_detector_cost(n: int = 12000, rounds: int = 5) -> dict[str, tuple[float, float]]:
+    """Per-packet µs of the engine on unmatched flows, without and with the VPN
+    detectors, for TCP flows, UDP flows and the mix; rounds alternate so drift hits
+    both alike, and the medians are kept."""
+    from censor_sim.engine import Engine
+    from censor_sim.profile import load_profile
+
+    mixed = _unmatched_flows(n)
+    sets = {"tcp": [f for f in mixed if f[0][0].proto == 6],
+            "udp": [f for f in mixed if f[0][0].proto == 17], "mixed": mixed}
+    base = load_profile("gfw-fet-2021", {"policy": {"rules": []}})
+    out: dict[str, tuple[float, float]] = {}
+    for name, flows in sets.items():
+        packets = sum(len(f) for f in flows)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for with_vpn in (False, True):
+                prof = load_profile("gfw-fet-2021", {"policy": {"rules": []}})
+                if with_vpn:
+                    prof.detectors = {**base.detectors, "openvpn": {"kind": "openvpn"},
+                                      "wireguard": {"kind": "wireguard"}}
+                eng = Engine(prof, clock=time.monotonic, rng=random.Random(1))
+                t = time.perf_counter()
+                for flow in flows:
+                    for p, fc in flow:
+                        eng.handle(p, fc)
+                times[with_vpn].append((time.perf_counter() - t) / packets * 1e6)
+        out[name] = (statistics.median(times[False]), statistics.median(times[True]))
+    return out
+
+
+def fet_with_vpn_profile(tmp: Path) -> Path:
+    """gfw-fet-2021 plus the openvpn and wireguard detectors, as a profile file."""
+    from censor_sim.profile import profile_path
+
+    text = profile_path("gfw-fet-2021").read_text().replace('name = "gfw-fet-2021"',
+                                                             'name = "gfw-fet-2021-vpn"')
+    text += '\n[detectors.openvpn]\nkind = "openvpn"\n\n[detectors.wireguard]\nkind = "wireguard"\n'
+    path = tmp / "gfw-fet-2021-vpn.toml"
+    path.write_text(text)
+    return path
+
+
 def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
     """Short echo connections per second from the client node to the bridge node."""
     stop = threading.Event()
@@ -195,6 +273,11 @@ def main() -> int:
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
         print(f"  {k:28s} {v:10.0f}")
+    print("VPN detectors on flows they do not match (engine offline, µs per packet, "
+          "median of 5):")
+    print("  flows    gfw-fet-2021   + openvpn + wireguard   ratio")
+    for name, (off, on) in vpn_detector_cost().items():
+        print(f"  {name:6s}   {off:12.2f}   {on:21.2f}   {on / off:5.3f}")
     with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         iperf_srv = LabProcess(lab.ns("bridge"), ["iperf3", "-s", "-B", lab.addr("bridge")],
@@ -229,6 +312,15 @@ def main() -> int:
                   f"on/off = {on_rate / off_rate:.3f}")
             print(f"  queued packets {fin.get('queued')}, per-packet cost "
                   f"{fin.get('per_packet_us')} µs, censor CPU {fin.get('cpu_s')} s")
+            c = start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)), {"policy": {"rules": [
+                {"detector": "fet", "action": "residual", "probability": 0.0}]}})
+            vpn_rate = flow_rate(lab, args.seconds, port=7302)
+            fin_vpn = final_counters(c)
+            print(f"  + openvpn + wireguard        {vpn_rate:10.0f} flows/s   "
+                  f"on/off = {vpn_rate / off_rate:.3f}")
+            print(f"  queued packets {fin_vpn.get('queued')}, per-packet cost "
+                  f"{fin_vpn.get('per_packet_us')} µs (VPN detectors / FET alone = "
+                  f"{(fin_vpn.get('per_packet_us') or 0) / (fin.get('per_packet_us') or 1):.3f})")
         finally:
             iperf_srv.stop()
     return 0

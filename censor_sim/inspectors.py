@@ -20,7 +20,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detectors import NeedMore
+from .detectors import NeedMore, dns, dtls, fet, http, iran, openvpn, tls, wireguard
 from .flows import Flow
 from .packet import TCP, UDP, Packet
 
@@ -62,7 +62,10 @@ class Inspector:
         if self.ports and flow.server_port not in self.ports:
             return False
         if self.servers:
-            addr = ipaddress.ip_address(flow.server)
+            # Parsed once per flow, not once per inspector.
+            addr = flow.state.get("server_ip")
+            if addr is None:
+                addr = flow.state["server_ip"] = ipaddress.ip_address(flow.server)
             return any(addr in net for net in self.servers)
         return True
 
@@ -88,8 +91,6 @@ class FetInspector(FirstPayloadInspector):
     kind = "fet"
 
     def judge(self, first):
-        from .detectors import fet
-
         if fet.exemption(first) is not None:
             return DONE
         return Match(self.name, {"rule": "not-exempt", **fet.features(first).to_json()})
@@ -116,8 +117,6 @@ class HttpKeywordInspector(StreamInspector):
     kind = "http_keyword"
 
     def parse(self, stream, flow):
-        from .detectors import http
-
         req = http.parse_request(stream)
         if req is None:
             return DONE
@@ -135,8 +134,6 @@ class TlsInspector(StreamInspector):
 
     def parse(self, stream, flow):
         from ptcommon import tlshello
-
-        from .detectors import tls
 
         hello = tlshello.parse_client_hello(stream)
         if hello is None:
@@ -183,8 +180,6 @@ class DtlsInspector(Inspector):
     protocols = (UDP,)
 
     def inspect(self, flow, pkt, c2s):
-        from .detectors import dtls
-
         if not pkt.payload or _is_stun(pkt.payload):
             # WebRTC runs ICE checks (STUN) on the same 5-tuple before DTLS:
             # they neither match nor use up the inspection budget.
@@ -198,6 +193,100 @@ class DtlsInspector(Inspector):
         return None if seen < self.max_packets else DONE
 
 
+class OpenVpnInspector(Inspector):
+    """Xue et al. 2022's Filter: the opcode or the ACK fingerprint (docs/censors/vpn.md §2).
+
+    Each OpenVPN packet (a UDP datagram; a framed record over TCP) in either
+    direction adds its opcode byte and size; the flow is judged at ``n`` packets
+    (100 in the paper's deployment), or earlier when the opcode fingerprint can no
+    longer hold and the ACK fingerprint is off. ``ack = false`` turns the ACK
+    fingerprint off; ``literal = true`` reads Algorithm 1 as printed.
+    """
+
+    kind = "openvpn"
+    protocols = (UDP, TCP)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, {"max_packets": 4 * int(params.get("n", openvpn.WINDOW)),
+                                **params})
+        self.n = int(params.get("n", openvpn.WINDOW))
+        self.literal = bool(params.get("literal", False))
+        self.ack = bool(params.get("ack", True))
+        self.ack_index = int(params.get("ack_index", openvpn.ACK_INDEX))
+        self.max_len = int(params.get("max_len", openvpn.MAX_LEN))
+        if self.n < 3:
+            raise ValueError(f"detectors.{name}.n: the window must be at least 3 packets")
+
+    def inspect(self, flow, pkt, c2s):
+        if not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        st = flow.state.get("openvpn")
+        if st is None:
+            data = pkt.payload
+            if flow.proto == TCP and (len(data) < 2 or not
+                                      1 <= ((data[0] << 8) | data[1]) <= self.max_len):
+                return DONE  # TLS, HTTP, SSH...: no OpenVPN framing (docs/censors/vpn.md §2.3)
+            st = flow.state["openvpn"] = {
+                "filter": openvpn.OpcodeFilter(self.n, self.literal), "sizes": [],
+                "framers": ((openvpn.TcpFramer(self.max_len), openvpn.TcpFramer(self.max_len))
+                            if flow.proto == TCP else None)}
+        if st["framers"] is None:
+            packets = [(pkt.payload[0], len(pkt.payload))]
+        else:
+            framer = st["framers"][0 if c2s else 1]
+            packets = framer.feed(pkt.seq, pkt.payload)
+            if framer.broken:
+                return DONE
+        for byte, size in packets:
+            op = st["filter"].add(byte)
+            if len(st["sizes"]) < self.n:
+                st["sizes"].append(size)
+            if op:
+                return self._match(st, "opcode")
+            if len(st["sizes"]) >= self.n:
+                if self.ack and openvpn.ack_fingerprint(st["sizes"], self.n, self.ack_index):
+                    return self._match(st, "ack")
+                return DONE
+            if op is False and not self.ack:
+                return DONE
+        return None if flow.packets < self.max_packets else DONE
+
+    def _match(self, st: dict[str, Any], by: str) -> Match:
+        f = st["filter"]
+        return Match(self.name, {
+            "by": by, "packets": len(f.seen),
+            "opcode_bytes": sorted(f"{b:02x}" for b in f.distinct),
+            "first_opcodes": [openvpn.opcode(b) for b in f.seen[:2]],
+            "ack_bins": openvpn.ack_bins(st["sizes"], self.n, self.ack_index)[:6]})
+
+
+class WireGuardInspector(Inspector):
+    """WireGuard's handshake by its fixed headers and sizes (docs/censors/vpn.md §3).
+
+    ``confirm = "response"`` (the default) matches when the server answers the
+    client's handshake initiation with the response that echoes its sender index;
+    ``confirm = "none"`` matches on the initiation alone, as a one-packet rule would.
+    Anything else as the client's first payload ends the inspection at once, so
+    other UDP flows cost one comparison.
+    """
+
+    kind = "wireguard"
+    protocols = (UDP,)
+
+    def inspect(self, flow, pkt, c2s):
+        if not pkt.payload:
+            return None
+        first = flow.c2s_payloads[0] if flow.c2s_payloads else None
+        if first is None or not wireguard.is_initiation(first):
+            return DONE
+        if self.params.get("confirm", "response") == "none":
+            return Match(self.name, {"message": "initiation", "length": len(first)})
+        if not c2s and wireguard.response_answers(first, pkt.payload):
+            return Match(self.name, {"message": "response", "length": len(pkt.payload),
+                                     "sender": first[4:8].hex()})
+        return None if flow.packets < self.max_packets else DONE
+
+
 class DnsInspector(Inspector):
     """DNS query names against a blocklist; the action injects a forged answer."""
 
@@ -205,8 +294,6 @@ class DnsInspector(Inspector):
     protocols = (UDP, TCP)
 
     def inspect(self, flow, pkt, c2s):
-        from .detectors import dns
-
         if not c2s or not pkt.payload:
             return None if flow.packets < self.max_packets else DONE
         try:
@@ -230,8 +317,6 @@ class IranProtocolInspector(Inspector):
     kind = "iran_protocol"
 
     def inspect(self, flow, pkt, c2s):
-        from .detectors import iran
-
         if not c2s or not pkt.payload:
             return None if flow.packets < self.max_packets else DONE
         chunks = flow.c2s_payloads[:2]
@@ -249,8 +334,6 @@ class UnclassifiedInspector(FirstPayloadInspector):
     kind = "unclassified"
 
     def judge(self, first):
-        from .detectors import iran
-
         if iran.classify(first) or _ssh_banner(first):
             return DONE
         return Match(self.name, {"first_bytes": first[:16].hex()})
@@ -317,6 +400,7 @@ def _ssh_banner(data: bytes) -> str | None:
 
 INSPECTORS: dict[str, type[Inspector]] = {
     cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
-                              QuicSniInspector, DtlsInspector, DnsInspector,
+                              QuicSniInspector, DtlsInspector, DnsInspector, OpenVpnInspector,
+                              WireGuardInspector,
                               IranProtocolInspector, UnclassifiedInspector, MlInspector)
 }

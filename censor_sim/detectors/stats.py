@@ -173,7 +173,7 @@ class FlowStats:
     class never reads a clock itself.
     """
 
-    __slots__ = ("limit", "lengths", "directions", "times", "first_payload")
+    __slots__ = ("limit", "lengths", "directions", "times", "_first_raw", "_first_stats")
 
     def __init__(self, limit: int = DEFAULT_PACKETS) -> None:
         if limit < 1:
@@ -182,8 +182,11 @@ class FlowStats:
         self.lengths: list[int] = []
         self.directions: list[int] = []
         self.times: list[float] = []
-        # First non-empty payload's statistics per direction (C2S / S2C).
-        self.first_payload: dict[int, PayloadStats] = {}
+        # First non-empty payload per direction (C2S / S2C). Its statistics are
+        # computed when first asked for: the censor's packet path records every
+        # flow, and an entropy per flow was most of its per-packet cost.
+        self._first_raw: dict[int, bytes] = {}
+        self._first_stats: dict[int, PayloadStats] = {}
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -217,8 +220,16 @@ class FlowStats:
         later calls for that direction, and empty payloads, are ignored."""
         if direction not in (C2S, S2C):
             raise ValueError(f"direction must be +1 or -1, got {direction!r}")
-        if payload and direction not in self.first_payload:
-            self.first_payload[direction] = payload_stats(payload)
+        if payload and direction not in self._first_raw:
+            self._first_raw[direction] = bytes(payload)
+
+    @property
+    def first_payload(self) -> dict[int, PayloadStats]:
+        """The first non-empty payload's statistics per direction (C2S / S2C)."""
+        for d, raw in self._first_raw.items():
+            if d not in self._first_stats:
+                self._first_stats[d] = payload_stats(raw)
+        return self._first_stats
 
     def features(self) -> dict[str, Any]:
         """A JSON-safe summary: the per-packet sequences, per-direction totals, and

@@ -240,3 +240,18 @@ def test_tunnel_mode_vpns_move_the_bulk_byte_exact_beside_the_benign_mix(lab, ro
     assert sum(p[IP].len for p in vpn) > 2_000_000
     assert not any(IP in p and p[IP].dst == web and TCP in p and p[TCP].dport == 80
                    and p[TCP].sport not in BENIGN_PORTS for p in pkts)
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("row", "censor", "detector"), [
+    ("openvpn-udp", "openvpn-fingerprint-2022", "openvpn"),  # Xue et al. 2022, UDP ...
+    ("openvpn-tcp", "openvpn-fingerprint-2022", "openvpn"),  # ... and TCP, by its framing
+    ("wireguard", "tspu-wireguard-2023", "wireguard"),       # the handshake's fixed form
+])
+def test_vpn_fingerprints_block_the_real_vpns_and_none_of_the_benign_mix(
+        lab, row, censor, detector):
+    cell = run_row(lab, row, curated(row), censor, bootstrap_timeout_s=6.0,
+                   bulk_size=2_000_000, benign=True)
+    assert cell.status == "blocked", cell.error
+    assert cell.detector == detector
+    assert cell.collateral == 0.0
