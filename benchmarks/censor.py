@@ -217,6 +217,7 @@ def fet_with_vpn_profile(tmp: Path) -> Path:
 
     text = profile_path("gfw-fet-2021").read_text().replace('name = "gfw-fet-2021"',
                                                              'name = "gfw-fet-2021-vpn"')
+    text = text.replace("inspect_packets = 8", "inspect_packets = 400")  # openvpn's window
     text += '\n[detectors.openvpn]\nkind = "openvpn"\n\n[detectors.wireguard]\nkind = "wireguard"\n'
     path = tmp / "gfw-fet-2021-vpn.toml"
     path.write_text(text)
@@ -254,6 +255,42 @@ def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
             s.connect((lab.addr("bridge"), port))
             s.sendall(rng.randbytes(64))
             s.recv(4096)
+            n += 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+    rate = n / (time.monotonic() - t0)
+    stop.set()
+    srv.close()
+    return rate
+
+
+def udp_flow_rate(lab: Lab, seconds: float, port: int = 7400) -> float:
+    """Short UDP exchanges per second (a fresh source port, 64 random bytes, the echo),
+    like DNS: the flows a UDP detector must look at and let go."""
+    stop = threading.Event()
+    srv = ns_socket(lab.ns("bridge"), socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind((lab.addr("bridge"), port))
+    srv.settimeout(0.2)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                data, peer = srv.recvfrom(2048)
+                srv.sendto(data, peer)
+            except OSError:
+                continue
+
+    threading.Thread(target=serve, daemon=True).start()
+    rng = random.Random(3)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        s = ns_socket(lab.ns("client"), socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(1)
+        try:
+            s.sendto(rng.randbytes(64), (lab.addr("bridge"), port))
+            s.recv(2048)
             n += 1
         except OSError:
             pass
@@ -321,6 +358,18 @@ def main() -> int:
             print(f"  queued packets {fin_vpn.get('queued')}, per-packet cost "
                   f"{fin_vpn.get('per_packet_us')} µs (VPN detectors / FET alone = "
                   f"{(fin_vpn.get('per_packet_us') or 0) / (fin.get('per_packet_us') or 1):.3f})")
+            print(f"\nnew UDP flows through the router ({args.seconds:.0f} s each, query/answer):")
+            off_udp = udp_flow_rate(lab, args.seconds)
+            print(f"  censor off                   {off_udp:10.0f} flows/s")
+            for k, (label, prof) in enumerate((
+                    ("gfw-fet-2021 (p=0)", "gfw-fet-2021"),
+                    ("+ openvpn + wireguard", str(fet_with_vpn_profile(tmp))))):
+                c = start_censor(lab, tmp, prof, {"policy": {"rules": [
+                    {"detector": "fet", "action": "residual", "probability": 0.0}]}})
+                rate = udp_flow_rate(lab, args.seconds, port=7401 + k)
+                f = final_counters(c)
+                print(f"  {label:28s} {rate:10.0f} flows/s   on/off = {rate / off_udp:.3f}   "
+                      f"queued {f.get('queued')}, {f.get('per_packet_us')} µs per packet")
         finally:
             iperf_srv.stop()
     return 0

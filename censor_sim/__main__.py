@@ -101,10 +101,12 @@ class LiveEffects(Effects):
             emit("probe_failed", flow=flow, error=str(exc))
             return
         label = reply.get("label")
-        emit("probe_verdict", flow=flow, label=label, answers_replay=reply.get("answers_replay"),
+        emit("probe_verdict", flow=flow, label=label, shadowsocks=reply.get("shadowsocks"),
+             answers_replay=reply.get("answers_replay"),
              escalated=reply.get("escalated"), sources=reply.get("sources", []),
              probes=len(reply.get("results", [])), error=reply.get("error"))
-        if label in cfg.get("block_labels", []) or (
+        blocked = cfg.get("block_labels", [])
+        if label in blocked or reply.get("shadowsocks") in blocked or (
                 cfg.get("block_on_replay", False) and reply.get("answers_replay")):
             self.block_server(flow["server"], flow["server_port"], flow["proto"])
 

@@ -93,9 +93,10 @@ class Engine:
                 raise ValueError(f"detectors.{name}: unknown detector kind {kind!r}")
         budget = p.datapath.get("inspect_packets", 12)
         for insp in self.inspectors:
-            needed = getattr(getattr(insp, "model", None), "packets_needed", 0)
+            needed = getattr(insp, "packets_needed", 0) or getattr(
+                getattr(insp, "model", None), "packets_needed", 0)
             if budget is not None and needed > int(budget):
-                raise ValueError(f"detectors.{insp.name}: its model needs {needed} packets, "
+                raise ValueError(f"detectors.{insp.name}: it needs {needed} packets, "
                                  f"more than the censor's budget "
                                  f"(datapath.inspect_packets = {budget})")
         self.rules: dict[str, Rule] = {}

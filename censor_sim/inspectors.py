@@ -216,6 +216,8 @@ class OpenVpnInspector(Inspector):
         self.max_len = int(params.get("max_len", openvpn.MAX_LEN))
         if self.n < 3:
             raise ValueError(f"detectors.{name}.n: the window must be at least 3 packets")
+        # The engine refuses a datapath budget that could never show it n packets.
+        self.packets_needed = self.n
 
     def inspect(self, flow, pkt, c2s):
         if not pkt.payload:

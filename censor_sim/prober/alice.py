@@ -20,6 +20,9 @@ NR1 lengths are drawn uniformly from the 21 lengths of the seven trios; the
 paper reports the lengths, not how many NR1 probes follow one trigger (they
 came "a few per hour"), so ``nr1`` is a parameter. The paper's prober gives
 up after about 10 s, hence ``watch_s=10`` by default (docs/censors/probing.md §2.5, §4.1).
+
+:func:`classify` then names the server from its reactions, as the paper's §5 does
+(docs/censors/probing.md §2.6).
 """
 
 from __future__ import annotations
@@ -136,3 +139,91 @@ async def investigate(host: str, port: int, first_payload: bytes, *, watch_s: fl
         inv.stages.append("R3,R4,R5")
         inv.results += await run(replay_probes(first_payload, STAGE2, rng))
     return inv
+
+
+# --------------------------------------------------------------------- classification
+
+# Alice et al. §5 (Figure 9 and the replay table): how each implementation reacts.
+# A 16-byte-salt AEAD server of shadowsocks-libev 3.0.8-3.2.5 needs salt + length +
+# two tags (16 + 2 + 16 + 16 = 50 bytes) before it can fail authentication: it times
+# out on 50 bytes or fewer and resets above.
+AEAD_THRESHOLD_16 = 50
+# The stream-cipher server with an 8-byte IV: 1-8 bytes time out, 9-14 mostly reset.
+STREAM_TIMEOUT_MAX, STREAM_RST_MAX = 8, 14
+
+UNREACHABLE = "unreachable"
+NO_REPLAY_FILTER = "answers-identical-replay"
+TIMEOUT_EVERYWHERE = "timeout-on-every-probe"
+LIBEV_OLD_AEAD = "ss-libev-3.0-3.2-aead"
+LIBEV_OLD_STREAM = "ss-libev-3.0-3.2-stream"
+UNCLASSIFIED = "unclassified"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The class :func:`classify` gives a server, and the reactions it read."""
+
+    label: str
+    reactions: dict[str, str]  # probe name -> D (data), R, F, T (timeout), - (no connection)
+    threshold: int | None = None  # shortest random probe that drew a RST, all shorter T
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "reactions": dict(self.reactions),
+                "threshold": self.threshold}
+
+
+def reaction(r: ProbeResult) -> str:
+    """The paper's one-letter reaction: D(ata), R(ST), F(IN), T(imeout), or - if the
+    probe never connected."""
+    if not r.connected:
+        return "-"
+    if r.response_len > 0:
+        return "D"
+    return {"RST": "R", "FIN": "F", "TIMEOUT": "T"}.get(r.close, "-")
+
+
+def _length(r: ProbeResult) -> int:
+    return r.sent or 0
+
+
+def classify(inv: Investigation) -> Classification:
+    """Name the server from its reactions (Alice et al. §5; docs/censors/probing.md §2.6).
+
+    In order:
+
+    * no probe connected: ``unreachable``;
+    * the identical replay R1 drew data: ``answers-identical-replay`` (no replay
+      filter; OutlineVPN up to 1.0.6 did this, and drew R3-R5);
+    * every probe that connected timed out: ``timeout-on-every-probe``. The paper
+      found shadowsocks-libev 3.3.1 and 3.3.3 with AEAD ciphers, and OutlineVPN
+      1.0.7-1.0.8, reacting so to every probe: nothing to tell them from a server
+      that never answers within the prober's patience;
+    * R1 reset, random probes of 50 bytes or fewer timed out and longer ones reset:
+      ``ss-libev-3.0-3.2-aead`` (``threshold`` is the shortest that reset; the
+      prober's lengths cannot tell a 16-byte salt's 50 from a 32-byte salt's 66);
+    * R1 reset, random probes of 8 bytes or fewer timed out and those of 9-14 reset:
+      ``ss-libev-3.0-3.2-stream``;
+    * anything else: ``unclassified``.
+    """
+    reactions = {r.probe: reaction(r) for r in inv.results}
+    connected = [r for r in inv.results if r.connected]
+    if not connected:
+        return Classification(UNREACHABLE, reactions)
+    if reactions.get("R1") == "D":
+        return Classification(NO_REPLAY_FILTER, reactions)
+    if all(reaction(r) == "T" for r in connected):
+        return Classification(TIMEOUT_EVERYWHERE, reactions)
+    randoms = sorted((_length(r), reaction(r)) for r in connected
+                     if r.probe.startswith("NR"))
+    threshold = next((n for n, x in randoms if x == "R"), None)
+    upto, above = ([x for n, x in randoms if n <= AEAD_THRESHOLD_16],
+                   [x for n, x in randoms if n > AEAD_THRESHOLD_16])
+    if reactions.get("R1") == "R" and upto and above and set(upto) == {"T"} \
+            and set(above) == {"R"}:
+        return Classification(LIBEV_OLD_AEAD, reactions, threshold)
+    short = [x for n, x in randoms if n <= STREAM_TIMEOUT_MAX]
+    mid = [x for n, x in randoms if STREAM_TIMEOUT_MAX < n <= STREAM_RST_MAX]
+    if reactions.get("R1") == "R" and short and mid and all(x == "T" for x in short) \
+            and mid.count("R") * 2 > len(mid):
+        return Classification(LIBEV_OLD_STREAM, reactions, threshold)
+    return Classification(UNCLASSIFIED, reactions, threshold)

@@ -10,7 +10,11 @@ censor sends one JSON line per suspicious flow::
 The service waits ``delay_s`` (the censor samples it from the published delay
 distribution), runs the suites, and answers one JSON line::
 
-    {"id", "label", "answers_replay", "escalated", "sources": [...], "results": [...]}
+    {"id", "label", "shadowsocks", "answers_replay", "escalated", "sources": [...],
+     "results": [...]}
+
+``shadowsocks`` is the Alice suite's class of the server (:func:`.alice.classify`);
+``label`` is the Frolov suite's.
 
 With ``--sources PREFIX[,PREFIX6]`` every probe connection comes from its own
 random address in those prefixes (:mod:`.sources`), as the GFW's probes come
@@ -58,11 +62,12 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
         return {"id": rid, "error": f"bad request: unknown suites {sorted(unknown)}"}
     await asyncio.sleep(delay)
     factory = pool.factory if pool else None
-    out: dict[str, Any] = {"id": rid, "label": None, "answers_replay": False,
-                           "escalated": False, "results": []}
+    out: dict[str, Any] = {"id": rid, "label": None, "shadowsocks": None,
+                           "answers_replay": False, "escalated": False, "results": []}
     if "alice" in suites and payload:
         inv = await alice.investigate(host, port, payload, watch_s=watch, sock_factory=factory)
-        out.update(answers_replay=inv.answers_replay, escalated=inv.escalated)
+        out.update(answers_replay=inv.answers_replay, escalated=inv.escalated,
+                   shadowsocks=alice.classify(inv).label)
         out["results"] += [r.to_json() for r in inv.results]
     if "frolov" in suites:
         probes = frolov_suite()

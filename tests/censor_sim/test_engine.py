@@ -236,6 +236,16 @@ def test_ml_tree_abstains_until_its_window():
     assert "meek" in flow.done  # decided at packet 30 (here: not meek)
 
 
+def test_an_openvpn_window_beyond_the_budget_is_refused():
+    """Xue et al.'s Filter judges at packet n: a budget below it could never match."""
+    over = {"datapath": {"inspect_packets": 99}}
+    with pytest.raises(ValueError, match="openvpn: it needs 100 packets"):
+        Engine(load_profile("openvpn-fingerprint-2022", over), clock=Clock(),
+               rng=random.Random(1))
+    Engine(load_profile("openvpn-fingerprint-2022", {"datapath": {"inspect_packets": 100}}),
+           clock=Clock(), rng=random.Random(1))
+
+
 def test_a_model_needing_more_than_the_budget_is_refused():
     with pytest.raises(ValueError, match="budget"):
         ml_engine(datapath={"inspect_packets": 12})

@@ -6,7 +6,11 @@ import asyncio
 import os
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from censor_sim.prober import alice
+from censor_sim.prober.observe import ProbeResult
 
 
 class ReplayServer:
@@ -75,3 +79,70 @@ def test_probe_shapes():
     rnd = alice.random_probes(rng, nr1=5)
     assert len(rnd[0].payload) == 221 and all(len(p.payload) in alice.NR1_LENGTHS
                                                for p in rnd[1:])
+
+
+# ------------------------------------------------------------------ classification
+
+
+def result(probe: str, close: str, sent: int = 300, data: int = 0,
+           connected: bool = True) -> ProbeResult:
+    return ProbeResult(probe, connected, b"x" * data, data, close, 1.0, sent=sent)
+
+
+def investigation(r1: str, randoms: dict[int, str], r1_data: int = 0) -> alice.Investigation:
+    inv = alice.Investigation()
+    inv.results = [result("R1", r1, data=r1_data), result("R2", r1)]
+    inv.results += [result(f"NR1-{n}" if n != 221 else "NR2", c, sent=n)
+                    for n, c in randoms.items()]
+    return inv
+
+
+def test_libev_3_3_with_aead_times_out_on_everything():
+    """Alice et al.: v3.3.1 and v3.3.3 with AEAD ciphers time out on every probe."""
+    inv = investigation("TIMEOUT", {8: "TIMEOUT", 33: "TIMEOUT", 49: "TIMEOUT",
+                                    221: "TIMEOUT"})
+    assert alice.classify(inv).label == alice.TIMEOUT_EVERYWHERE
+
+
+def test_libev_3_2_with_aead_resets_above_50_bytes():
+    """v3.0.8-v3.2.5, AEAD with a 16-byte salt: timeout on <= 50 bytes, RST above."""
+    inv = investigation("RST", {12: "TIMEOUT", 41: "TIMEOUT", 50: "TIMEOUT", 221: "RST"})
+    c = alice.classify(inv)
+    assert (c.label, c.threshold, c.reactions["R1"]) == (alice.LIBEV_OLD_AEAD, 221, "R")
+    # One random probe of 50 bytes or fewer that resets breaks the pattern.
+    assert alice.classify(investigation("RST", {12: "TIMEOUT", 50: "RST", 221: "RST"})
+                          ).label == alice.UNCLASSIFIED
+
+
+def test_libev_3_2_with_a_stream_cipher_resets_from_9_bytes():
+    inv = investigation("RST", {7: "TIMEOUT", 8: "TIMEOUT", 9: "RST", 12: "RST", 13: "RST",
+                                221: "FIN"})
+    assert alice.classify(inv).label == alice.LIBEV_OLD_STREAM
+    inv = investigation("RST", {7: "TIMEOUT", 9: "TIMEOUT", 12: "TIMEOUT", 221: "FIN"})
+    assert alice.classify(inv).label == alice.UNCLASSIFIED
+
+
+def test_a_server_that_answers_the_identical_replay_and_one_never_reached():
+    inv = investigation("TIMEOUT", {221: "TIMEOUT"}, r1_data=40)
+    assert alice.classify(inv).label == alice.NO_REPLAY_FILTER
+    inv = alice.Investigation(results=[result("R1", "REFUSED", connected=False)])
+    assert alice.classify(inv).label == alice.UNREACHABLE
+
+
+def test_a_silent_toy_with_a_replay_filter_is_timeout_everywhere():
+    inv = asyncio.run(run_against(replay_filter=True))
+    assert alice.classify(inv).label == alice.TIMEOUT_EVERYWHERE
+
+
+CLOSES = ["FIN", "RST", "TIMEOUT", "REFUSED", "ERROR"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["R1", "R2", "R3", "NR2", "NR1-8", "NR1-49"]),
+                          st.sampled_from(CLOSES), st.integers(0, 3000), st.integers(0, 50),
+                          st.booleans()), max_size=10))
+def test_classify_names_any_set_of_reactions(rows):
+    inv = alice.Investigation(results=[result(p, c, n, d, ok) for p, c, n, d, ok in rows])
+    label = alice.classify(inv).label
+    assert label in {alice.UNREACHABLE, alice.NO_REPLAY_FILTER, alice.TIMEOUT_EVERYWHERE,
+                     alice.LIBEV_OLD_AEAD, alice.LIBEV_OLD_STREAM, alice.UNCLASSIFIED}

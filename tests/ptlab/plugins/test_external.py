@@ -255,3 +255,15 @@ def test_vpn_fingerprints_block_the_real_vpns_and_none_of_the_benign_mix(
     assert cell.status == "blocked", cell.error
     assert cell.detector == detector
     assert cell.collateral == 0.0
+
+
+@pytest.mark.lab
+def test_the_shadowsocks_prober_classifies_debian_shadowsocks_libev_3_3_5(lab):
+    """Alice et al. (IMC 2020) found shadowsocks-libev 3.3.1 and 3.3.3 with AEAD ciphers
+    timing out on every probe, replays included; 3.3.5 keeps that behaviour, so the
+    prober learns nothing, classifies it so and leaves it alone."""
+    cell = run_row(lab, "mytool", SS, "gfw-prober",
+                   {"prober": {"watch_s": 1.5, "delay_s": 0.2}}, bulk_size=1_000_000)
+    assert cell.status == "reachable", cell.error
+    assert cell.probes_sent >= 1 and cell.detector == "fet" and cell.action == "probe"
+    assert cell.probe_verdicts == {"timeout-on-every-probe": cell.probes_sent}
