@@ -201,6 +201,7 @@ def vpn_detector_cost(n: int = 12000, rounds: int = 5) -> dict[str, tuple[float,
                 if with_vpn:
                     prof.detectors = {**base.detectors, "openvpn": {"kind": "openvpn"},
                                       "wireguard": {"kind": "wireguard"}}
+                    prof.datapath = {**prof.datapath, "inspect_packets": 400}
                 eng = Engine(prof, clock=time.monotonic, rng=random.Random(1))
                 t = time.perf_counter()
                 for flow in flows:

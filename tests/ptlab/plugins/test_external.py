@@ -204,6 +204,8 @@ def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
     ("vmess", "none", "reachable"),        # v2ray's VMess over TCP, from config templates
     ("vmess", "gfw-fet-2021", "blocked"),  # Wu et al. 2023: VMess caught
     ("shadowsocks-obfs-http", "gfw-fet-2021", "reachable"),  # HTTP-looking: exempt (Ex5)
+    ("trojan", "none", "reachable"),        # Debian trojan 1.16, TLS with a password
+    ("trojan", "gfw-fet-2021", "reachable"),  # a TLS ClientHello: exempt (Ex5)
 ])
 def test_curated_proxy_rows_against_fet(lab, row, censor, status):
     cell = run_row(lab, row, curated(row), censor, FET if censor != "none" else None,
