@@ -20,7 +20,18 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detectors import NeedMore, dns, dtls, fet, http, iran, openvpn, tls, wireguard
+from .detectors import (
+    NeedMore,
+    dns,
+    dnstunnel,
+    dtls,
+    fet,
+    http,
+    iran,
+    openvpn,
+    tls,
+    wireguard,
+)
 from .flows import Flow
 from .packet import TCP, UDP, Packet
 
@@ -313,6 +324,48 @@ class DnsInspector(Inspector):
         return Match(self.name, {"qname": q.qname, "matched": hit}, data=data)
 
 
+class DnsTunnelInspector(Inspector):
+    """A model DNS-tunnel detector (docs/censors/dnstunnel.md §2): suspicious queries
+    (long names, or encoded labels) counted per client and domain over ``window_s``;
+    the ``min_queries``-th within the window matches."""
+
+    kind = "dns_tunnel"
+    protocols = (UDP,)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, {"ports": [53], **params})
+        self.window_s = float(params.get("window_s", 10.0))
+        self.min_queries = int(params.get("min_queries", 5))
+        self.zone_labels = int(params.get("zone_labels", dnstunnel.ZONE_LABELS))
+        self.rule = {"max_name": int(params.get("max_name", dnstunnel.MAX_NAME)),
+                     "min_payload": int(params.get("min_payload", dnstunnel.MIN_PAYLOAD)),
+                     "min_entropy": float(params.get("min_entropy", dnstunnel.MIN_ENTROPY))}
+        self.max_keys = int(params.get("max_keys", 4096))
+        # (client, domain) -> times of its suspicious queries; bounded, oldest evicted.
+        self.recent: dict[tuple[str, str], list[float]] = {}
+
+    def inspect(self, flow, pkt, c2s):
+        if not c2s or not pkt.payload:
+            return None if flow.packets < self.max_packets else DONE
+        q = dns.parse_query(pkt.payload)
+        if q is None:
+            return DONE
+        f = dnstunnel.features(q.labels, q.qtype, self.zone_labels)
+        why = dnstunnel.suspicious(f, **self.rule)
+        if why is not None:
+            now = flow.last_seen
+            key = (flow.client, f.domain)
+            times = [t for t in self.recent.pop(key, []) if now - t <= self.window_s]
+            times.append(now)
+            self.recent[key] = times  # re-inserted: the most recent key is last
+            if len(self.recent) > self.max_keys:
+                del self.recent[next(iter(self.recent))]
+            if len(times) >= self.min_queries:
+                return Match(self.name, {"rule": why, "queries": len(times),
+                                         "window_s": self.window_s, **f.to_json()})
+        return None if flow.packets < self.max_packets else DONE
+
+
 class IranProtocolInspector(Inspector):
     """Iran's 2020 protocol filter: the first two c→s data packets must be DNS, HTTP or TLS."""
 
@@ -403,6 +456,6 @@ def _ssh_banner(data: bytes) -> str | None:
 INSPECTORS: dict[str, type[Inspector]] = {
     cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
                               QuicSniInspector, DtlsInspector, DnsInspector, OpenVpnInspector,
-                              WireGuardInspector,
+                              WireGuardInspector, DnsTunnelInspector,
                               IranProtocolInspector, UnclassifiedInspector, MlInspector)
 }
