@@ -29,6 +29,8 @@ from .vm.layout import VmLab
 
 WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
+# The zone the lab resolver delegates to the bridge, for DNS tunnels.
+TUNNEL_ZONE = "tunnel.lab"
 # Benign sites behind the edge, and the names fronted transports will use.
 # Two front domains (front.lab, assets.lab) and two benign sites share the edge.
 EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab", "assets.lab")
@@ -111,6 +113,15 @@ class LabServices:
             zone[site] = zone["cdn.lab"]
         return zone
 
+    def delegations(self) -> list[str]:
+        """The resolver's one delegation: TUNNEL_ZONE to the bridge's external-row
+        port, where a DNS tunnel's server (iodined) listens (docs/lab/transports.md §7.5)."""
+        if not self.has_role("bridge"):
+            return []
+        from .plugins.external import SERVER_PORT
+
+        return ["--delegate", f"{TUNNEL_ZONE}={self.lab.addr('bridge')}:{SERVER_PORT}"]
+
     def prepare(self) -> list[tuple[str, str, list[str], str]]:
         """Write the services' files (CA, certificates, zone, edge routes, sshd) and
         return (name, role, argv, ready pattern) for each service."""
@@ -141,6 +152,7 @@ class LabServices:
                              "--tls-cert", str(edge_cert), "--tls-key", str(edge_key),
                              *_listen(self.listen("cdn", EDGE_HTTPS))], READY_PATTERN),
             ("dns", "svc", [*py, "ptlab.services.dns", "--zone-file", str(zone_file),
+                            *self.delegations(),
                             *_listen(self.listen("svc", DNS_PORT))], READY_PATTERN),
             ("stun", "svc", [*py, "ptlab.services.stun", *_listen(self.listen("svc", STUN_PORT))],
              READY_PATTERN),

@@ -176,7 +176,7 @@ class LabRunner:
         plugin = plugins.get(transport)
         ctx = b.context(transport, self.spec.transports.get(transport, {}), self.spec.seed,
                         cell_dir)
-        run = CellRun(name, roles=self._flow_roles())
+        run = CellRun(name, roles=self._flow_roles(resolver_is_wire=plugin.resolver_is_wire))
         run.markers.append(event_record("runner", "cell_start", cell=name, transport=transport,
                                         censor=censor, baseline=baseline_only))
         row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms,
@@ -221,8 +221,10 @@ class LabRunner:
             b.gather_cell(run, cell_dir)
         return row
 
-    def _flow_roles(self) -> FlowRoles | None:
-        """Whose flows the censor may see in this lab (None before the lab is up)."""
+    def _flow_roles(self, resolver_is_wire: bool = False) -> FlowRoles | None:
+        """Whose flows the censor may see in this lab (None before the lab is up).
+        With ``resolver_is_wire`` (a DNS tunnel) the client's flows to the lab
+        resolver are the transport's, so they are not listed as infrastructure."""
         if self.services is None:
             return None
         targets = self.services.benign_targets()
@@ -230,7 +232,8 @@ class LabRunner:
             svc = self.backend.role_addresses("svc")
         except ValueError:  # a lab without the services node
             svc = []
-        infra = [(proto, a, DNS_PORT) for a in svc for proto in (TCP, UDP)]
+        infra = ([] if resolver_is_wire
+                 else [(proto, a, DNS_PORT) for a in svc for proto in (TCP, UDP)])
         infra += [(UDP, a, STUN_PORT) for a in svc]
         return FlowRoles.build(self.backend.role_addresses("client"), targets.destinations(),
                                targets.unbound_destinations(), self.backend.prober_networks(),

@@ -95,6 +95,9 @@ class LabPlugin:
     # Whether the row runs on the three-machine layout (ptlab vm): its processes
     # use only the client and bridge roles, which the VMs have.
     vm_ready = False
+    # Whether the transport's own traffic goes through the lab resolver (a DNS
+    # tunnel): then the client's flows to it are the transport's, not infrastructure.
+    resolver_is_wire = False
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ValueError naming a bad key in [transports.<name>]."""

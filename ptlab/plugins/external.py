@@ -17,7 +17,9 @@ Placeholders: ``{server_host}`` ``{server_port}`` (where the server listens),
 ``{secret}`` (random per cell; ``{uuid}`` is the same as a UUID), ``{state}``
 (the cell's directory for this row),
 ``{target_host}`` ``{target_port}`` (the web server the workloads fetch from),
-``{lab_ca}`` (the lab CA's certificate) and ``{config.NAME}`` (the path of
+``{lab_ca}`` (the lab CA's certificate), ``{dns_host}`` (the lab resolver, which
+delegates ``{tunnel_domain}`` to ``{server_host}:{server_port}`` for DNS tunnels),
+and ``{config.NAME}`` (the path of
 config file NAME, rendered from ``[transports.X.configs]`` with the same
 placeholders). An unknown placeholder, an unbalanced brace or a missing key
 fails when the spec loads, with the key path. A process is ready when its port
@@ -34,9 +36,11 @@ import shutil
 import string
 from typing import Any
 
+from netns.errors import LabError
 from ptcommon.suggest import did_you_mean
 
 from ..flowroles import BENIGN_PORTS
+from ..labservices import TUNNEL_ZONE
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 SERVER_PORT = 9850
@@ -50,6 +54,7 @@ KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries"
         "server_ready", "client_ready", "ready_timeout_s"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
                 "state", "target_host", "target_port", "lab_ca", "tun_dev", "tun_server",
+                "dns_host", "tunnel_domain",
                 "tun_client"}
 
 
@@ -158,6 +163,8 @@ class ExternalPlugin(LabPlugin):
             "lab_ca": str(ctx.lab_ca or ""),
             "tun_dev": self.tun_device(ctx, role), "tun_server": TUN_SERVER,
             "tun_client": TUN_CLIENT,
+            "dns_host": ctx.lab.addr("svc") if _has_role(ctx.lab, "svc") else "",
+            "tunnel_domain": TUNNEL_ZONE,
         }
         # Each side renders its own copy ({tun_dev} differs by side), and every path is
         # known before any file is written, so configs may name each other in any order.
@@ -174,6 +181,12 @@ class ExternalPlugin(LabPlugin):
                                     "(scripts/setup installs the Debian tools)")
         values = self._values(ctx, role)
         return [token.format(**values) for token in shlex.split(self.options[role])]
+
+    @property
+    def resolver_is_wire(self) -> bool:  # type: ignore[override]
+        """A row whose client names the lab resolver ({dns_host}) tunnels through it."""
+        texts = [self.options.get("client", ""), *self.options.get("configs", {}).values()]
+        return any("dns_host" in placeholders(x, self.name) for x in texts if x)
 
     @property
     def tunnel(self) -> bool:
@@ -215,3 +228,12 @@ class ExternalPlugin(LabPlugin):
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
         return Endpoint(SOCKS_HOST, SOCKS_PORT, *ctx.upstream, socks=not self.tunnel)
+
+
+def _has_role(lab: Any, role: str) -> bool:
+    """Whether the lab has a node ``role`` (a test's stand-in lab may have none)."""
+    try:
+        lab.addr(role)
+    except (LabError, KeyError):
+        return False
+    return True

@@ -1,9 +1,13 @@
 """The lab resolver: authoritative for a fixed zone map, over UDP and TCP.
 
-Names inside the lab resolve through this server (docs/architecture.md §1.4). It only
-ever answers from its own map and never forwards, so no lookup can leave the
-lab. Unknown names get NXDOMAIN, malformed queries FORMERR, queries it will not
-serve (other classes, zone transfers) REFUSED, and garbage that does not even
+Names inside the lab resolve through this server (docs/architecture.md §1.4). It
+answers from its own map, and forwards only the zones it was told to delegate
+(``--delegate tunnel.lab=198.18.3.2:9850``) to a lab address, over UDP, as a
+recursive resolver follows a delegation: that is how a DNS tunnel's queries reach
+its server (docs/lab/transports.md §7.5). Nothing else is forwarded, so no lookup
+can leave the lab. Unknown names get NXDOMAIN, malformed queries FORMERR, queries it
+will not serve (other classes, zone transfers, a delegated zone over TCP) REFUSED,
+a delegate that does not answer in time SERVFAIL, and garbage that does not even
 look like a query is dropped silently.
 
 Run: ``python -m ptlab.services.dns --listen 198.18.9.2:53 --zone web.lab=198.18.7.2
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import ipaddress
 import json
+import socket
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -191,6 +196,78 @@ def _answer(wire: bytes, zone: Zone, tcp: bool) -> Reply | None:
     )
 
 
+def delegated_zone(wire: bytes, delegations: Mapping[dns.name.Name, Any]) -> dns.name.Name | None:
+    """The delegated zone a query's question falls in, or None. Never raises."""
+    if not delegations or len(wire) < HEADER_LEN or wire[2] & 0x80:
+        return None
+    try:
+        q = dns.message.from_wire(wire).question
+    except Exception:
+        return None
+    if len(q) != 1:
+        return None
+    name = q[0].name
+    return next((z for z in delegations if name.is_subdomain(z)), None)
+
+
+class Forwarder(asyncio.DatagramProtocol):
+    """Relays queries for one delegated zone to its server and the answers back.
+
+    Each relayed query gets an ID of our own (the clients' IDs may collide); at most
+    ``max_pending`` wait at once, each for ``timeout_s``, after which the client gets
+    SERVFAIL. Answers to IDs we did not send are dropped.
+    """
+
+    def __init__(self, target: tuple[str, int], timeout_s: float = 2.0,
+                 max_pending: int = 4096) -> None:
+        self.target, self.timeout_s, self.max_pending = target, timeout_s, max_pending
+        self.transport: asyncio.DatagramTransport | None = None
+        self.pending: dict[int, tuple[bytes, Any, asyncio.DatagramTransport, Any]] = {}
+        self.next_id = 1
+        self.relayed = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def relay(self, wire: bytes, client: Any, reply_via: asyncio.DatagramTransport) -> None:
+        if self.transport is None or len(self.pending) >= self.max_pending:
+            self._fail(wire, client, reply_via)
+            return
+        qid = self.next_id
+        while qid in self.pending:
+            qid = qid % 0xFFFF + 1
+        self.next_id = qid % 0xFFFF + 1
+        timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expire, qid)
+        self.pending[qid] = (wire[:HEADER_LEN], client, reply_via, timer)
+        self.transport.sendto(struct.pack("!H", qid) + wire[2:], self.target)
+        self.relayed += 1
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if len(data) < HEADER_LEN or not data[2] & 0x80:
+            return
+        entry = self.pending.pop(struct.unpack("!H", data[:2])[0], None)
+        if entry is None:
+            return
+        header, client, reply_via, timer = entry
+        timer.cancel()
+        reply_via.sendto(header[:2] + data[2:], client)
+
+    def _expire(self, qid: int) -> None:
+        entry = self.pending.pop(qid, None)
+        if entry is not None:
+            header, client, reply_via, _ = entry
+            self._fail(header, client, reply_via)
+
+    @staticmethod
+    def _fail(wire: bytes, client: Any, reply_via: asyncio.DatagramTransport) -> None:
+        reply = _header_only(wire, dns.rcode.SERVFAIL)
+        if reply is not None:
+            reply_via.sendto(reply.wire, client)
+
+    def error_received(self, exc: Exception) -> None:  # an ICMP error: the timer answers
+        pass
+
+
 class _UdpProtocol(asyncio.DatagramProtocol):
     def __init__(self, server: DnsServer) -> None:
         self.server = server
@@ -200,6 +277,10 @@ class _UdpProtocol(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        zone = delegated_zone(data, self.server.forwarders)
+        if zone is not None and self.transport is not None:
+            self.server.forwarders[zone].relay(data, addr, self.transport)
+            return
         reply = handle_query(data, self.server.zone, tcp=False)
         if reply is None or self.transport is None:
             return
@@ -213,11 +294,14 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 class DnsServer:
     """The resolver's sockets; start() binds UDP and TCP on each listen address."""
 
-    def __init__(self, zone: Zone, events: EventLog | None = None) -> None:
+    def __init__(self, zone: Zone, events: EventLog | None = None,
+                 delegations: Mapping[str, tuple[str, int]] | None = None) -> None:
         self.zone = zone
         self.events = events
         self.bound: list[tuple[str, int]] = []
         self.listeners = Listeners()
+        self.delegations = {dns.name.from_text(z): t for z, t in (delegations or {}).items()}
+        self.forwarders: dict[dns.name.Name, Forwarder] = {}
 
     def note(self, reply: Reply, transport: str, peer: Any) -> None:
         if self.events is not None:
@@ -227,6 +311,12 @@ class DnsServer:
     async def start(self, listens: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         loop = asyncio.get_running_loop()
         try:
+            for zone, target in self.delegations.items():
+                family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
+                tr, fwd = await loop.create_datagram_endpoint(
+                    lambda target=target: Forwarder(target), family=family)
+                self.listeners.udp.append(tr)
+                self.forwarders[zone] = fwd
             for host, port in listens:
                 udp, tcp = bind_udp_tcp_pair(host, port)
                 tr, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self), sock=udp)
@@ -246,7 +336,9 @@ class DnsServer:
                     hdr = await asyncio.wait_for(reader.readexactly(2), TCP_IDLE_TIMEOUT)
                     (length,) = struct.unpack("!H", hdr)
                     data = await asyncio.wait_for(reader.readexactly(length), TCP_IDLE_TIMEOUT)
-                    reply = handle_query(data, self.zone, tcp=True)
+                    reply = (_header_only(data, dns.rcode.REFUSED)
+                             if delegated_zone(data, self.forwarders)
+                             else handle_query(data, self.zone, tcp=True))
                     if reply is None:
                         break  # garbage on a stream: drop the connection
                     writer.write(struct.pack("!H", len(reply.wire)) + reply.wire)
@@ -291,13 +383,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a name and its addresses; *.suffix is a wildcard; repeatable")
     p.add_argument("--zone-file", action="append", default=[], metavar="FILE",
                    help='JSON {"names": {NAME: [ADDR, ...]}}; repeatable')
+    p.add_argument("--delegate", action="append", default=[], metavar="ZONE=HOST:PORT",
+                   help="forward queries under ZONE to that server over UDP; repeatable")
     return p
+
+
+def parse_delegations(items: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """``ZONE=HOST:PORT`` flags as a map; ConfigError names a bad one."""
+    out: dict[str, tuple[str, int]] = {}
+    for item in items:
+        zone, sep, target = item.partition("=")
+        if not sep or not zone or not target:
+            raise ConfigError(f"bad --delegate {item!r}: expected ZONE=HOST:PORT")
+        try:
+            dns.name.from_text(zone)
+            host, port = parse_hostport(target, 53)
+            ipaddress.ip_address(host)
+        except (dns.exception.DNSException, ValueError) as exc:
+            raise ConfigError(f"bad --delegate {item!r}: {exc}") from None
+        out[zone] = (host, port)
+    return out
 
 
 async def serve(args: argparse.Namespace, events: EventLog, stop: asyncio.Event) -> None:
     zone = load_zone(args.zone, args.zone_file)
     listens = [parse_hostport(x, 53) for x in (args.listen or DEFAULT_LISTEN)]
-    server = DnsServer(zone, events)
+    server = DnsServer(zone, events, parse_delegations(args.delegate))
     bound = await server.start(listens)
     events.emit("ready", listen=[format_hostport(h, p) for h, p in bound],
                 names=len(zone.exact) + len(zone.wildcards))

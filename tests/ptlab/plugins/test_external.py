@@ -41,6 +41,14 @@ def test_an_external_row_loads_and_becomes_the_rows_plugin():
     assert "ss-local against ss-server" in plugin.description
 
 
+def test_a_row_whose_client_names_the_resolver_tunnels_through_it():
+    """Its flows to the lab resolver are then the transport's, not infrastructure."""
+    parse_spec(spec_with(SS))
+    assert not plugins.get("mytool").resolver_is_wire
+    parse_spec({"transports": {"iodine": curated("iodine")}, "censors": {"none": {}}})
+    assert plugins.get("iodine").resolver_is_wire
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"client": "ss-local -l {sock_port}"},
      "transports.mytool.client: unknown placeholder {sock_port} (did you mean 'socks_port'?)"),
@@ -204,6 +212,8 @@ def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
     ("vmess", "none", "reachable"),        # v2ray's VMess over TCP, from config templates
     ("vmess", "gfw-fet-2021", "blocked"),  # Wu et al. 2023: VMess caught
     ("shadowsocks-obfs-http", "gfw-fet-2021", "reachable"),  # HTTP-looking: exempt (Ex5)
+    ("vmess-ws-tls", "none", "reachable"),  # VMess over WebSocket+TLS behind nginx
+    ("vmess-ws-tls", "gfw-fet-2021", "reachable"),  # a TLS ClientHello: exempt (Ex5)
     ("trojan", "none", "reachable"),        # Debian trojan 1.16, TLS with a password
     ("trojan", "gfw-fet-2021", "reachable"),  # a TLS ClientHello: exempt (Ex5)
 ])
@@ -269,3 +279,34 @@ def test_the_shadowsocks_prober_classifies_debian_shadowsocks_libev_3_3_5(lab):
     assert cell.status == "reachable", cell.error
     assert cell.probes_sent >= 1 and cell.detector == "fet" and cell.action == "probe"
     assert cell.probe_verdicts == {"timeout-on-every-probe": cell.probes_sent}
+
+
+@pytest.mark.lab
+def test_iodine_tunnels_through_the_lab_resolvers_delegation(lab):
+    """Tunnel mode over DNS: iodine asks the lab resolver, which relays tunnel.lab to
+    iodined on the bridge; the bulk crosses the censor as DNS queries and answers."""
+    cell = run_row(lab, "iodine", curated("iodine"), bulk_size=200_000, benign=True,
+                   bootstrap_timeout_s=20.0)
+    assert cell.status == "reachable", cell.error
+    assert cell.goodput_mbps and cell.collateral == 0.0
+    from scapy.all import IP, TCP, UDP, rdpcap
+
+    client_side = next(p for p in cell.pcaps if "censor-client" in p)
+    resolver = lab.runner.services.benign_targets().dns[0]
+    web, _ = lab.runner.services.benign_targets().http[0][:2]
+    pkts = rdpcap(str(lab.out_dir / client_side))
+    answers = [p for p in pkts if UDP in p and p[IP].src == resolver and p[UDP].sport == 53]
+    # The download came back in the resolver's answers: at least the 200 kB bulk ...
+    assert sum(p[IP].len for p in answers) > 200_000
+    # ... and nothing reached the web server's HTTP outside the benign mix's ports.
+    stray = [p.summary() for p in pkts if IP in p and p[IP].dst == web and TCP in p
+             and p[TCP].dport == 80 and p[TCP].sport not in BENIGN_PORTS]
+    assert not stray, stray[:5]
+
+
+@pytest.mark.lab
+def test_the_dns_tunnel_model_blocks_iodine_and_none_of_the_benign_mix(lab):
+    cell = run_row(lab, "iodine", curated("iodine"), "dns-tunnel-model", bulk_size=200_000,
+                   benign=True, bootstrap_timeout_s=20.0)
+    assert cell.status == "blocked", cell.error
+    assert cell.detector == "dns_tunnel" and cell.collateral == 0.0

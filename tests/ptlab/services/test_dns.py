@@ -13,6 +13,7 @@ import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -253,3 +254,83 @@ def test_cli_serves_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class _Delegate(asyncio.DatagramProtocol):
+    """A toy authoritative server for the delegated zone: answers every query with
+    one TXT record naming the question, and remembers the IDs it saw."""
+
+    def __init__(self, silent: bool = False) -> None:
+        self.silent, self.ids, self.transport = silent, [], None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        q = dns.message.from_wire(data)
+        self.ids.append(q.id)
+        if self.silent:
+            return
+        r = dns.message.make_response(q)
+        r.answer.append(dns.rrset.from_text(q.question[0].name, 0, "IN", "TXT", '"tunnel"'))
+        self.transport.sendto(r.to_wire(), addr)
+
+
+async def test_a_delegated_zone_is_relayed_and_the_rest_answered_here(zone: Zone) -> None:
+    loop = asyncio.get_running_loop()
+    tr, delegate = await loop.create_datagram_endpoint(_Delegate, local_addr=("127.0.0.1", 0))
+    dport = tr.get_extra_info("sockname")[1]
+    server = DnsServer(zone, delegations={"tunnel.lab": ("127.0.0.1", dport)})
+    (host, port), = await server.start([("127.0.0.1", 0)])
+    try:
+        names = ["aaaa.tunnel.lab", "x" * 60 + ".y.tunnel.lab", "aaaa.tunnel.lab"]
+        for i, name in enumerate(names):
+            q = dns.message.make_query(name, "NULL" if i else "TXT")
+            q.id = 7  # the same client ID every time: the relay uses its own
+            r = dns.message.from_wire(await _udp_query(host, port, q.to_wire()))
+            assert r.id == 7 and r.answer[0].name.to_text() == name + "."
+        assert len(set(delegate.ids)) == 3 and 7 not in delegate.ids
+        # Names outside the delegated zone are still answered from the map.
+        r = dns.message.from_wire(await _udp_query(
+            host, port, dns.message.make_query("web.lab", "A").to_wire()))
+        assert _addrs(r) == {"198.18.7.2"} and len(delegate.ids) == 3
+        # Over TCP a delegated name is refused, not answered from the map.
+        reader, writer = await asyncio.open_connection(host, port)
+        wire = dns.message.make_query("q.tunnel.lab", "A").to_wire()
+        writer.write(struct.pack("!H", len(wire)) + wire)
+        await writer.drain()
+        (n,) = struct.unpack("!H", await reader.readexactly(2))
+        assert dns.message.from_wire(await reader.readexactly(n)).rcode() == dns.rcode.REFUSED
+        writer.close()
+    finally:
+        await server.close()
+        tr.close()
+
+
+async def test_a_silent_delegate_gets_the_client_servfail_and_bounded_state(zone) -> None:
+    loop = asyncio.get_running_loop()
+    tr, _ = await loop.create_datagram_endpoint(lambda: _Delegate(silent=True),
+                                                local_addr=("127.0.0.1", 0))
+    server = DnsServer(zone, delegations={"t.lab": tr.get_extra_info("sockname")})
+    (host, port), = await server.start([("127.0.0.1", 0)])
+    fwd = next(iter(server.forwarders.values()))
+    fwd.timeout_s = 0.2
+    try:
+        q = dns.message.make_query("a.t.lab", "TXT")
+        r = dns.message.from_wire(await _udp_query(host, port, q.to_wire()))
+        assert r.id == q.id and r.rcode() == dns.rcode.SERVFAIL and not fwd.pending
+        fwd.max_pending = 0  # full: answered SERVFAIL at once, nothing relayed
+        r = dns.message.from_wire(await _udp_query(host, port, q.to_wire()))
+        assert r.rcode() == dns.rcode.SERVFAIL and fwd.relayed == 1
+    finally:
+        await server.close()
+        tr.close()
+
+
+@pytest.mark.parametrize("bad", ["tunnel.lab", "tunnel.lab=", "=1.2.3.4:53",
+                                 "tunnel.lab=host.example:53", "tunnel.lab=1.2.3.4:99999"])
+def test_bad_delegations_are_config_errors(bad: str) -> None:
+    from ptlab.services.dns import parse_delegations
+
+    with pytest.raises(ConfigError, match="--delegate"):
+        parse_delegations([bad])
