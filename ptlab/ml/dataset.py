@@ -101,19 +101,25 @@ def parse_dataset_spec(data: dict[str, Any], where: str = "spec") -> DatasetSpec
     transports: dict[str, dict[str, Any]] = {}
     for name, t in check(data.get("transports", {}), "transports",
                          set(data.get("transports", {}))).items():
-        if name not in known:
-            raise SpecError(f"{where}: transports.{name}: unknown transport "
-                            f"(known: {', '.join(known)})")
-        t = check(t, f"transports.{name}", {"flows", "options"})
+        t = check(t, f"transports.{name}", {"flows", "options", "inner"})
         opts = t.get("options", {})
         if not isinstance(opts, dict):
             raise SpecError(f"{where}: transports.{name}.options: expected a table")
+        if opts.get("kind") == "external":  # a bring-your-own-tool row: register it
+            parse_spec({"transports": {name: opts}, "censors": {"none": {}}})
+        elif name not in known:
+            raise SpecError(f"{where}: transports.{name}: unknown transport "
+                            f"(known: {', '.join(known)})")
+        inner = t.get("inner", "http")
+        if inner not in ("http", "https"):
+            raise SpecError(f"{where}: transports.{name}.inner: {inner!r} is not supported "
+                            "(supported: http, https)")
         try:
             plugins.get(name).check_options(opts)
         except (KeyError, ValueError) as exc:
             raise SpecError(f"{where}: transports.{name}.options: {exc}") from None
         transports[name] = {"flows": num(t, "flows", f"transports.{name}", 50, 1, 100_000,
-                                         True), "options": opts}
+                                         True), "options": opts, "inner": inner}
     if not transports:
         raise SpecError(f"{where}: transports: at least one transport is needed")
     ben = check(data.get("benign", {}), "benign", {"sessions"})
@@ -183,8 +189,11 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
                                             pcap, ds.snaplen) as ep:
                     if transport is not None:
                         n = ds.transports[transport]["flows"]
+                        inner = (traffic.client_tls(str(runner.services.ca.ca_path))
+                                 if ds.transports[transport]["inner"] == "https"
+                                 and runner.services.ca else None)
                         jobs = [_transport_job(lab.ns("client"), ep, traffic.plan(rng),
-                                               ds.flow_timeout_s) for _ in range(n)]
+                                               ds.flow_timeout_s, inner) for _ in range(n)]
                     else:
                         targets = runner.services.benign_targets()
                         edge_v6 = lab.addr("cdn", v6=True)
@@ -234,8 +243,8 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
     return manifest
 
 
-def _transport_job(ns: str, ep: Any, p: traffic.Plan, timeout: float):
-    return lambda: traffic.transport_flow(ns, ep, p, timeout)
+def _transport_job(ns: str, ep: Any, p: traffic.Plan, timeout: float, inner: Any = None):
+    return lambda: traffic.transport_flow(ns, ep, p, timeout, inner)
 
 
 def _fmt(v: float) -> str:

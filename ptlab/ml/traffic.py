@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import random
 import ssl
@@ -71,10 +72,21 @@ async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     return got
 
 
-async def transport_flow(ns: str, ep: Endpoint, p: Plan, timeout: float = 10.0) -> int:
-    """One connection through the transport; returns the body bytes received."""
+async def transport_flow(ns: str, ep: Endpoint, p: Plan, timeout: float = 10.0,
+                         inner_tls: ssl.SSLContext | None = None,
+                         tls_port: int = 443) -> int:
+    """One connection through the transport; returns the body bytes received.
+
+    With ``inner_tls`` the connection goes to the web node's HTTPS port instead and
+    the requests run inside TLS, as a browser's do through a proxy: the tunnel then
+    carries the user's own TLS handshake (docs/censors/tlsintls.md §1)."""
+    if inner_tls is not None:
+        ep = dataclasses.replace(ep, target_port=tls_port)
     reader, writer = await open_tunnel(ns, ep, timeout)
     try:
+        if inner_tls is not None:
+            await writer.start_tls(inner_tls, server_hostname="web.lab",
+                                   ssl_handshake_timeout=timeout)
         return await _requests(reader, writer, p, "web.lab", timeout)
     finally:
         writer.close()
@@ -111,11 +123,11 @@ def benign_session(kind: str, ns: str, targets: benign.BenignTargets, rng: rando
         if edge_v6 and rng.random() < 0.5:
             ip = edge_v6
         p = plan(rng, max_requests=6)
-        return lambda: browse(ns, ip, port, host, _client_tls(ca), p, timeout)
+        return lambda: browse(ns, ip, port, host, client_tls(ca), p, timeout)
     if kind == "https-web":
         ip, port, host, ca = targets.https[-1]
         p = plan(rng, max_requests=4)
-        return lambda: browse(ns, ip, port, host, _client_tls(ca), p, timeout)
+        return lambda: browse(ns, ip, port, host, client_tls(ca), p, timeout)
     if kind == "http":
         ip, port, host = targets.http[0]
         p = plan(rng, max_requests=4)
@@ -135,7 +147,7 @@ def benign_session(kind: str, ns: str, targets: benign.BenignTargets, rng: rando
     raise ValueError(f"unknown benign session kind {kind!r}")
 
 
-def _client_tls(ca: str) -> ssl.SSLContext:
+def client_tls(ca: str) -> ssl.SSLContext:
     """The client context meek's Python client gets from aiohttp: Python's default,
     offering ALPN "http/1.1". Benign HTTPS must not differ from meek by its TLS
     configuration, or a classifier learns the handshake instead of the traffic
