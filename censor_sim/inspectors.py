@@ -30,6 +30,7 @@ from .detectors import (
     iran,
     openvpn,
     tls,
+    tlsintls,
     wireguard,
 )
 from .flows import Flow
@@ -444,6 +445,53 @@ class MlInspector(Inspector):
                                  "comparisons": decision.comparisons, **decision.evidence})
 
 
+class TlsInTlsInspector(Inspector):
+    """Xue et al. 2024's encapsulated-handshake tests over a TCP flow's first 25 data
+    packets (docs/censors/tlsintls.md §2). Flows that end sooner are never judged, as
+    in the paper; ``strip_cover = false`` skips the cover-handshake cut."""
+
+    kind = "tls_in_tls"
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, {"max_packets": 120, **params})
+        try:
+            self.model = tlsintls.load_model(str(params.get("model", "")))
+        except ValueError as exc:
+            raise ValueError(f"detectors.{name}.model: {exc}") from None
+        for key in ("delta", "gamma"):
+            if isinstance(params.get(key), int | float):
+                setattr(self.model, key, float(params[key]))
+        self.strip_cover = bool(params.get("strip_cover", True))
+        # The engine refuses a datapath budget too small to show it a whole window.
+        self.packets_needed = self.model.window
+
+    def inspect(self, flow, pkt, c2s):
+        st = flow.state.get("tlsintls")
+        if st is None:
+            st = flow.state["tlsintls"] = {"log": [], "data": 0}
+        if len(st["log"]) < self.max_packets:
+            st["log"].append(_View(1 if c2s else -1, flow.last_seen - flow.first_seen,
+                                   len(pkt.payload), pkt.payload[: tlsintls.HEAD_BYTES]))
+        if pkt.payload:
+            st["data"] += 1
+            if st["data"] >= self.model.window:
+                packets, rtt = tlsintls.from_flowlog(st["log"], self.model.window)
+                d = tlsintls.decide(self.model, packets, rtt, self.strip_cover)
+                if not d.flagged:
+                    return DONE
+                return Match(self.name, {"model": self.model.name, **d.to_json(),
+                                         "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
+        return None if flow.packets < self.max_packets else DONE
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    direction: int
+    ts: float
+    length: int
+    data: bytes
+
+
 def _is_stun(data: bytes) -> bool:
     """A STUN message (RFC 8489): top two bits 0 and the magic cookie at offset 4."""
     return len(data) >= 20 and data[0] < 0x40 and data[4:8] == b"\x21\x12\xa4\x42"
@@ -457,5 +505,6 @@ INSPECTORS: dict[str, type[Inspector]] = {
     cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
                               QuicSniInspector, DtlsInspector, DnsInspector, OpenVpnInspector,
                               WireGuardInspector, DnsTunnelInspector,
+                              TlsInTlsInspector,
                               IranProtocolInspector, UnclassifiedInspector, MlInspector)
 }

@@ -347,6 +347,50 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # --- ptlab dataset / evaluate ----------------------------------------------------
 
+
+def _evaluate_tlsintls(args: argparse.Namespace) -> int:
+    """``ptlab evaluate DATASET --tlsintls``: fit Xue et al. 2024's detector on the
+    benign half, measure it on the rest (docs/censors/tlsintls.md §2)."""
+    from .ml import tlsintls as tt
+
+    path = Path(args.dataset)
+    seq_file = path / "sequences.jsonl.gz"
+    try:
+        seqs = (tt.read_sequences(seq_file) if seq_file.exists()
+                else tt.sequences_from_dataset(path))
+        if not seq_file.exists():
+            tt.write_sequences(seq_file, seqs)
+        train, test = tt.split(seqs, args.seed)
+        model = tt.fit(train, fpr_target=args.fpr_target)
+    except (OSError, ValueError, KeyError) as exc:
+        return _die(f"evaluate --tlsintls: {exc}")
+    result = tt.evaluate(model, test)
+    out = Path(args.out) if args.out else path / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tlsintls.json").write_text(json.dumps(result, indent=1) + "\n")
+    if args.save_models:
+        Path(args.save_models).mkdir(parents=True, exist_ok=True)
+        model.name = "tlsintls-2024"
+        (Path(args.save_models) / "tlsintls-2024.json").write_text(
+            json.dumps(model.to_json(), indent=1, sort_keys=True) + "\n")
+    fpr = result["fpr"]
+    print(f"delta {model.delta}, gamma {model.gamma}, overhead {model.overhead} bytes")
+    print(f"false positives on held-out benign flows: {fpr['flagged']}/{fpr['flows']} "
+          f"[{fpr['wilson95'][0]:.4f}, {fpr['wilson95'][1]:.4f}]")
+    for name, c in result["by_class"].items():
+        print(f"  {name:24s} {c['flagged']:5d}/{c['flows']:<5d} "
+              f"[{c['wilson95'][0]:.3f}, {c['wilson95'][1]:.3f}]")
+    # The base rate, with the false-positive rate at its interval's upper bound: a
+    # handful of held-out flows cannot show a rate near the paper's 0.0544 %.
+    p, f = args.prevalence, fpr["wilson95"][1]
+    for name, c in result["by_class"].items():
+        if not name.startswith("benign:") and c["rate"]:
+            share = c["rate"] * p / (c["rate"] * p + f * (1 - p))
+            print(f"  at prevalence {p:g}, FPR {f:.4f}: {share:.2%} of flagged flows "
+                  f"would be {name}")
+    return 0
+
+
 def cmd_dataset(args: argparse.Namespace) -> int:
     from .ml.dataset import collect, load_dataset_spec, scaled
 
@@ -369,6 +413,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .ml.evaluate import EvalOptions, evaluate
     from .ml.report import render
 
+    if args.tlsintls:
+        return _evaluate_tlsintls(args)
     ds = load_dataset(Path(args.dataset))
     if not 0 < args.prevalence < 1:
         return _die("--prevalence must be in (0, 1)")
@@ -513,6 +559,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--train-setting", help="portability: train on this link setting ...")
     ev.add_argument("--test-setting", help="... and test on this one (default: every pair)")
     ev.add_argument("--save-models", help="directory for the trained models (JSON)")
+    ev.add_argument("--tlsintls", action="store_true",
+                    help="train and test the TLS-in-TLS detector (Xue et al. 2024) instead")
+    ev.add_argument("--fpr-target", type=float, default=0.01,
+                    help="--tlsintls: false-positive rate the thresholds may reach in training")
     ev.set_defaults(fn=cmd_evaluate)
 
     exp = sub.add_parser("export", help="write an experiment for another engine",

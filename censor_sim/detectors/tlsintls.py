@@ -62,6 +62,33 @@ class Pkt:
     head: bytes = b""
 
 
+HEAD_BYTES = 64  # bytes of each packet kept: enough to find a CCS record near its start
+
+
+def from_flowlog(packets: Iterable[Any],
+                 window: int = WINDOW_PACKETS) -> tuple[list[Pkt], float | None]:
+    """The first ``window`` data packets of a flow log (``censor_sim.detectors.ml.flowlog``
+    packet views: direction, ts, length, data) and the paper's RTT estimate.
+
+    The RTT is from the SYN (the log's first packet, client to server, empty) to the
+    client's first empty packet after the server's first packet: its handshake ACK.
+    """
+    out: list[Pkt] = []
+    syn: float | None = None
+    ack: float | None = None
+    seen_server = False
+    for i, p in enumerate(packets):
+        if i == 0 and p.direction == 1 and p.length == 0:
+            syn = p.ts
+        if p.direction == -1:
+            seen_server = True
+        elif p.length == 0 and seen_server and ack is None:
+            ack = p.ts
+        if p.length > 0 and len(out) < window:
+            out.append(Pkt(p.direction, p.length, p.ts, bytes(p.data[:HEAD_BYTES])))
+    return out, rtt_estimate(syn, ack)
+
+
 def strip_cover_handshake(packets: Sequence[Pkt]) -> list[Pkt]:
     """The packets after the cover protocol's own TLS handshake, if it has one.
 
@@ -237,3 +264,22 @@ def decide(model: Model, packets: Sequence[Pkt], rtt: float | None,
     dist = min_window_distance(seq, model.mean, model.inv_cov)
     flagged = bool(grams) and ratio <= model.delta and dist is not None and dist <= model.gamma
     return Decision(flagged, ratio, dist, len(inner), len(seq))
+
+
+def load_model(name: str) -> Model:
+    """A shipped model by name (``censor_sim/models/NAME.json``) or a model file by path;
+    ValueError names what is wrong."""
+    import json
+    from pathlib import Path
+
+    from .ml.model import models_dir
+
+    p = Path(name)
+    if p.suffix != ".json" or not p.exists():
+        p = models_dir() / f"{name}.json"
+    if not p.exists():
+        raise ValueError(f"no TLS-in-TLS model {name!r}")
+    try:
+        return Model.from_json(json.loads(p.read_text()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{p.name}: cannot read: {exc}") from None

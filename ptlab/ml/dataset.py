@@ -83,7 +83,7 @@ def parse_dataset_spec(data: dict[str, Any], where: str = "spec") -> DatasetSpec
     check(data, "", {"dataset", "settings", "transports", "benign"})
     ds = check(data.get("dataset", {}), "dataset",
                {"name", "description", "seed", "window", "concurrency", "snaplen",
-                "flow_timeout_s"})
+                "flow_timeout_s", "rows_from"})
     settings = []
     for name, st in check(data.get("settings", {}), "settings", set(data.get("settings", {}))
                           ).items():
@@ -136,7 +136,19 @@ def parse_dataset_spec(data: dict[str, Any], where: str = "spec") -> DatasetSpec
 
 
 def load_dataset_spec(path: Path) -> DatasetSpec:
-    return parse_dataset_spec(read_toml(path), Path(path).name)
+    """A dataset spec from its file. ``dataset.rows_from = "proxies.toml"`` (beside it)
+    lends that experiment's rows to transports that give no ``options`` of their own,
+    so a dataset of bring-your-own-tool rows does not copy their definitions."""
+    data = read_toml(path)
+    src = data.get("dataset", {}).get("rows_from") if isinstance(data, dict) else None
+    if src is not None:
+        if not isinstance(src, str):
+            raise SpecError(f"{Path(path).name}: dataset.rows_from: expected a file name")
+        rows = read_toml(Path(path).parent / src).get("transports", {})
+        for name, t in data.get("transports", {}).items():
+            if isinstance(t, dict) and "options" not in t and isinstance(rows.get(name), dict):
+                t["options"] = rows[name]
+    return parse_dataset_spec(data, Path(path).name)
 
 
 def scaled(spec: DatasetSpec, factor: float) -> DatasetSpec:
