@@ -377,7 +377,7 @@ def _evaluate_tlsintls(args: argparse.Namespace) -> int:
     print(f"delta {model.delta}, gamma {model.gamma}, overhead {model.overhead} bytes")
     print(f"false positives on held-out benign flows: {fpr['flagged']}/{fpr['flows']} "
           f"[{fpr['wilson95'][0]:.4f}, {fpr['wilson95'][1]:.4f}]")
-    for name, c in result["by_class"].items():
+    for name, c in {**result["by_class"], **result["by_setting"]}.items():
         print(f"  {name:24s} {c['flagged']:5d}/{c['flows']:<5d} "
               f"[{c['wilson95'][0]:.3f}, {c['wilson95'][1]:.3f}]")
     # The base rate, with the false-positive rate at its interval's upper bound: a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import traceback
@@ -31,9 +32,10 @@ from ptcommon.events import event_record, parse_event_line
 from . import plugins, scoring
 from .backend import CellRun, LabBackend, Process
 from .flowroles import TCP, UDP, FlowRoles
-from .labservices import DNS_PORT, STUN_PORT, LabServices
+from .labservices import DNS_PORT, STUN_PORT, WEB_HTTPS, LabServices
 from .logevents import is_tor, tor_event
 from .nsbackend import NamespaceBackend
+from .plugins.base import Endpoint
 from .results import Row
 from .scoring import BASELINE, BenignFlow, workload_markers
 from .spec import Spec, SpecError
@@ -200,7 +202,7 @@ class LabRunner:
             for svc in plugin.clients(ctx):
                 b.start_process(run, svc, cell_dir)
             b.gather(cell_dir)  # what the processes wrote: bridge lines, SOCKS ports
-            endpoint = plugin.endpoint(ctx)
+            endpoint = self._inner_tls(plugin.endpoint(ctx), ctx, row)
             plan = self._plan(transport, baseline_only)
             measurement = asyncio.run(b.measure(endpoint, plan, cell_dir))
             run.markers += workload_markers(name, measurement)
@@ -323,6 +325,19 @@ class LabRunner:
                     out.append(v)
             return out
         return value
+
+    def _inner_tls(self, endpoint: Endpoint, ctx: Any, row: Row) -> Endpoint:
+        """With workloads.inner_tls, the workloads speak HTTPS to the web node inside
+        the transport. Only a row whose workloads connect to the web server itself
+        can: one whose bridge relays to its HTTP port keeps plain HTTP, with a note."""
+        if not self.spec.workloads.inner_tls:
+            return endpoint
+        if (endpoint.target_host, endpoint.target_port) != tuple(ctx.upstream) or not ctx.lab_ca:
+            row.notes.append("workloads.inner_tls: not applied (the row's bridge relays to "
+                             "the web server's HTTP)")
+            return endpoint
+        return dataclasses.replace(endpoint, target_port=WEB_HTTPS,
+                                   inner_tls_ca=str(ctx.lab_ca), inner_tls_host="web.lab")
 
     def _plan(self, transport: str, baseline_only: bool) -> CellPlan:
         w = self.spec.workloads

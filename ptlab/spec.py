@@ -40,6 +40,10 @@ class Workloads:
     benign: bool = True
     benign_timeout_s: float = 3.0
     bootstrap_timeout_s: float = 8.0
+    # The workloads' requests go over HTTPS inside the transport, as a browser's do
+    # (the web node's port 443, trusting the lab CA): the tunnel then carries the
+    # user's own TLS handshake (docs/censors/tlsintls.md §2.4).
+    inner_tls: bool = False
 
 
 @dataclass
@@ -188,7 +192,8 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
         _check_censor_columns(spec)
 
     wl = _check(data.get("workloads", {}), "workloads", {
-        "bulk": dict, "latency": dict, "benign": dict, "bootstrap_timeout_s": NUM})
+        "bulk": dict, "latency": dict, "benign": dict, "bootstrap_timeout_s": NUM,
+        "inner_tls": bool})
     w = Workloads()
     bulk = _check(wl.get("bulk", {}), "workloads.bulk", {
         "size": int, "timeout_s": NUM, "idle_timeout_s": NUM})
@@ -203,6 +208,7 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
     w.benign = ben.get("enabled", w.benign)
     w.benign_timeout_s = float(ben.get("timeout_s", w.benign_timeout_s))
     w.bootstrap_timeout_s = float(wl.get("bootstrap_timeout_s", w.bootstrap_timeout_s))
+    w.inner_tls = wl.get("inner_tls", w.inner_tls)
     spec.workloads = w
 
     for i, e in enumerate(data.get("expect", [])):

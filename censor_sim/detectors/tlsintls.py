@@ -62,7 +62,7 @@ class Pkt:
     head: bytes = b""
 
 
-HEAD_BYTES = 64  # bytes of each packet kept: enough to find a CCS record near its start
+HEAD_BYTES = 256  # bytes of each packet kept: a server CCS follows its ServerHello (~130 bytes in)
 
 
 def from_flowlog(packets: Iterable[Any],

@@ -48,6 +48,10 @@ class Endpoint:
     # False for a VPN row: no SOCKS front; the workloads connect to the target
     # directly and the lab's routes take them through the tunnel.
     socks: bool = True
+    # With a CA file, the workloads speak TLS to the target (named inner_tls_host)
+    # inside the transport (workloads.inner_tls).
+    inner_tls_ca: str | None = None
+    inner_tls_host: str = "web.lab"
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 from netns.nsenter import ns_socket
 from transports.pt import socks5
@@ -38,6 +39,26 @@ async def open_tunnel(ns: str | None, ep: Endpoint,
                       timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to the transport's SOCKS5 front and CONNECT to its bridge (or, for a
     tunnel row, straight to the target: the routes take it through the tunnel)."""
+    reader, writer = await _open_tunnel(ns, ep, timeout)
+    if ep.inner_tls_ca:
+        try:
+            await writer.start_tls(_inner_tls(ep.inner_tls_ca), server_hostname=ep.inner_tls_host,
+                                   ssl_handshake_timeout=timeout)
+        except BaseException:
+            writer.close()
+            raise
+    return reader, writer
+
+
+def _inner_tls(ca: str) -> ssl.SSLContext:
+    """A browser-like client context (ALPN http/1.1) that trusts the lab CA."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+async def _open_tunnel(ns: str | None, ep: Endpoint,
+                       timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     if not ep.socks:
         return await ns_open_connection(ns, ep.target_host, ep.target_port, timeout)
     reader, writer = await ns_open_connection(ns, ep.socks_host, ep.socks_port, timeout)

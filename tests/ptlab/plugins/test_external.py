@@ -310,3 +310,31 @@ def test_the_dns_tunnel_model_blocks_iodine_and_none_of_the_benign_mix(lab):
                    benign=True, bootstrap_timeout_s=20.0)
     assert cell.status == "blocked", cell.error
     assert cell.detector == "dns_tunnel" and cell.collateral == 0.0
+
+
+@pytest.fixture
+def inner_tls(lab):
+    """The cell's workloads speak HTTPS inside the transport (workloads.inner_tls)."""
+    lab.spec.workloads.inner_tls = True
+    try:
+        yield lab
+    finally:
+        lab.spec.workloads.inner_tls = False
+
+
+@pytest.mark.lab
+def test_workloads_can_carry_https_inside_the_transport(inner_tls):
+    cell = run_row(inner_tls, "mytool", SS, bulk_size=1_000_000)
+    assert cell.status == "reachable", cell.error
+    assert cell.goodput_mbps and not cell.notes
+
+
+@pytest.mark.lab
+def test_the_tls_in_tls_censor_blocks_shadowsocks_carrying_https_and_no_benign_flow(inner_tls):
+    """Xue et al. 2024's detector on the datapath, with the model trained in the lab
+    on plain flows only: Shadowsocks carrying the user's HTTPS is dropped at its 25th
+    data packet; the benign mix's own HTTPS, HTTP and SSH pass."""
+    cell = run_row(inner_tls, "mytool", SS, "tls-in-tls-2024", bulk_size=1_000_000,
+                   benign=True, bootstrap_timeout_s=4.0)
+    assert cell.status == "blocked", cell.error
+    assert cell.detector == "tls_in_tls" and cell.collateral == 0.0
