@@ -51,7 +51,7 @@ MODES = ("socks", "tunnel")
 # host's /run/wireguard/, which every namespace and every lab shares.
 TUN_SUBNET, TUN_SERVER, TUN_CLIENT = "198.19.253.0/30", "198.19.253.1", "198.19.253.2"
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
-        "server_ready", "client_ready", "ready_timeout_s"}
+        "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
                 "state", "target_host", "target_port", "lab_ca", "tun_dev", "tun_server",
                 "dns_host", "tunnel_domain",
@@ -98,6 +98,9 @@ class ExternalPlugin(LabPlugin):
         self.name = name
         self.options = options
         self.check_options(options)
+        # A slow tool (a DNS tunnel probing its fragment sizes) may ask for more time
+        # for its first request than the spec's bootstrap_timeout_s gives.
+        self.bootstrap_floor_s = float(options.get("bootstrap_floor_s", 0.0))
         self.description = str(options.get("description") or
                                f"external tool: {shlex.split(options['client'])[0]} "
                                f"against {shlex.split(options['server'])[0]}")
@@ -136,6 +139,10 @@ class ExternalPlugin(LabPlugin):
         for role in ("server_ready", "client_ready"):
             if role in options and not isinstance(options[role], str):
                 raise TemplateError(f"{where}.{role}: expected a regular expression")
+        for key in ("ready_timeout_s", "bootstrap_floor_s"):
+            v = options.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 600:
+                raise TemplateError(f"{where}.{key}: expected seconds between 0 and 600")
 
     def peer_binaries(self) -> list[str]:
         return list(self.options.get("binaries", []))

@@ -60,6 +60,7 @@ def test_a_row_whose_client_names_the_resolver_tunnels_through_it():
      "transports.mytool.configs.c_json: unknown placeholder {nope}"),
     ({"configs": {"c.json": "x"}}, "transports.mytool.configs.c.json: a config name must"),
     ({"binaries": "ss-server"}, "transports.mytool.binaries: expected a list"),
+    ({"bootstrap_floor_s": "x"}, "transports.mytool.bootstrap_floor_s: expected seconds"),
 ])
 def test_bad_templates_fail_at_spec_load_with_the_key_path(change, message):
     with pytest.raises(SpecError) as exc:
