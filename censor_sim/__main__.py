@@ -102,11 +102,12 @@ class LiveEffects(Effects):
             return
         label = reply.get("label")
         emit("probe_verdict", flow=flow, label=label, shadowsocks=reply.get("shadowsocks"),
+             openvpn=reply.get("openvpn"),
              answers_replay=reply.get("answers_replay"),
              escalated=reply.get("escalated"), sources=reply.get("sources", []),
              probes=len(reply.get("results", [])), error=reply.get("error"))
         blocked = cfg.get("block_labels", [])
-        if label in blocked or reply.get("shadowsocks") in blocked or (
+        if label in blocked or {reply.get("shadowsocks"), reply.get("openvpn")} & set(blocked) or (
                 cfg.get("block_on_replay", False) and reply.get("answers_replay")):
             self.block_server(flow["server"], flow["server_port"], flow["proto"])
 

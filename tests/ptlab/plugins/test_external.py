@@ -268,6 +268,10 @@ def test_vpn_fingerprints_block_the_real_vpns_and_none_of_the_benign_mix(
     assert cell.status == "blocked", cell.error
     assert cell.detector == detector
     assert cell.collateral == 0.0
+    if row == "openvpn-tcp":  # the Prober confirms it: an explicit server reset
+        assert cell.probes_sent >= 1 and cell.probe_verdicts == {"openvpn": cell.probes_sent}
+    elif row == "openvpn-udp":  # UDP cannot be probed, as the paper found
+        assert cell.probe_verdicts == {"unreachable": cell.probes_sent}
 
 
 @pytest.mark.lab
