@@ -8,11 +8,11 @@
 2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
    HTTP detectors, and the whole engine (4-packet flows), over a corpus of
    recorded first packets. Target ≥ 5,000 flows/s.
-3. **Marginal cost of the VPN detectors** offline: the engine per packet on
+3. **Marginal cost of issue 22's detectors** offline: the engine per packet on
    flows they do not match (the TCP corpus, plus DNS- and QUIC-like UDP
    flows), ``gfw-fet-2021`` alone against ``gfw-fet-2021`` with the
-   ``openvpn`` and ``wireguard`` detectors added. Target: at most +10 % per
-   packet (issue 22; docs/censors/vpn.md).
+   ``openvpn``, ``wireguard``, ``dns_tunnel`` and ``tls_in_tls`` detectors
+   added. Target: at most +10 % per packet (issue 22).
 4. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
    random bytes, echo, close) as fast as one client can make them, censor off
    against ``gfw-fet-2021`` with p = 0 (every flow fully inspected, none
@@ -180,6 +180,12 @@ def _unmatched_flows(n: int) -> list[list[tuple[object, bool]]]:
     return flows
 
 
+# Issue 22's detectors, as a profile's [detectors] tables.
+NEW_DETECTORS = {"openvpn": {"kind": "openvpn"}, "wireguard": {"kind": "wireguard"},
+                 "dns_tunnel": {"kind": "dns_tunnel"},
+                 "tls_in_tls": {"kind": "tls_in_tls", "model": "tlsintls-2024"}}
+
+
 def vpn_detector_cost(n: int = 12000, rounds: int = 5) -> dict[str, tuple[float, float]]:
     """Per-packet µs of the engine on unmatched flows, without and with the VPN
     detectors, for TCP flows, UDP flows and the mix; rounds alternate so drift hits
@@ -199,8 +205,7 @@ def vpn_detector_cost(n: int = 12000, rounds: int = 5) -> dict[str, tuple[float,
             for with_vpn in (False, True):
                 prof = load_profile("gfw-fet-2021", {"policy": {"rules": []}})
                 if with_vpn:
-                    prof.detectors = {**base.detectors, "openvpn": {"kind": "openvpn"},
-                                      "wireguard": {"kind": "wireguard"}}
+                    prof.detectors = {**base.detectors, **NEW_DETECTORS}
                     prof.datapath = {**prof.datapath, "inspect_packets": 400}
                 eng = Engine(prof, clock=time.monotonic, rng=random.Random(1))
                 t = time.perf_counter()
@@ -213,13 +218,15 @@ def vpn_detector_cost(n: int = 12000, rounds: int = 5) -> dict[str, tuple[float,
 
 
 def fet_with_vpn_profile(tmp: Path) -> Path:
-    """gfw-fet-2021 plus the openvpn and wireguard detectors, as a profile file."""
+    """gfw-fet-2021 plus issue 22's detectors, as a profile file."""
     from censor_sim.profile import profile_path
 
     text = profile_path("gfw-fet-2021").read_text().replace('name = "gfw-fet-2021"',
                                                              'name = "gfw-fet-2021-vpn"')
     text = text.replace("inspect_packets = 8", "inspect_packets = 400")  # openvpn's window
-    text += '\n[detectors.openvpn]\nkind = "openvpn"\n\n[detectors.wireguard]\nkind = "wireguard"\n'
+    for name, table in NEW_DETECTORS.items():
+        text += f"\n[detectors.{name}]\n" + "".join(
+            f'{k} = "{v}"\n' for k, v in table.items())
     path = tmp / "gfw-fet-2021-vpn.toml"
     path.write_text(text)
     return path
@@ -311,9 +318,9 @@ def main() -> int:
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
         print(f"  {k:28s} {v:10.0f}")
-    print("VPN detectors on flows they do not match (engine offline, µs per packet, "
-          "median of 5):")
-    print("  flows    gfw-fet-2021   + openvpn + wireguard   ratio")
+    print("issue 22's detectors (openvpn, wireguard, dns_tunnel, tls_in_tls) on flows "
+          "they do not match (engine offline, µs per packet, median of 5):")
+    print("  flows    gfw-fet-2021   + the four detectors    ratio")
     for name, (off, on) in vpn_detector_cost().items():
         print(f"  {name:6s}   {off:12.2f}   {on:21.2f}   {on / off:5.3f}")
     with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
@@ -354,17 +361,17 @@ def main() -> int:
                 {"detector": "fet", "action": "residual", "probability": 0.0}]}})
             vpn_rate = flow_rate(lab, args.seconds, port=7302)
             fin_vpn = final_counters(c)
-            print(f"  + openvpn + wireguard        {vpn_rate:10.0f} flows/s   "
+            print(f"  + issue 22's detectors       {vpn_rate:10.0f} flows/s   "
                   f"on/off = {vpn_rate / off_rate:.3f}")
             print(f"  queued packets {fin_vpn.get('queued')}, per-packet cost "
-                  f"{fin_vpn.get('per_packet_us')} µs (VPN detectors / FET alone = "
+                  f"{fin_vpn.get('per_packet_us')} µs (with them / FET alone = "
                   f"{(fin_vpn.get('per_packet_us') or 0) / (fin.get('per_packet_us') or 1):.3f})")
             print(f"\nnew UDP flows through the router ({args.seconds:.0f} s each, query/answer):")
             off_udp = udp_flow_rate(lab, args.seconds)
             print(f"  censor off                   {off_udp:10.0f} flows/s")
             for k, (label, prof) in enumerate((
                     ("gfw-fet-2021 (p=0)", "gfw-fet-2021"),
-                    ("+ openvpn + wireguard", str(fet_with_vpn_profile(tmp))))):
+                    ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp))))):
                 c = start_censor(lab, tmp, prof, {"policy": {"rules": [
                     {"detector": "fet", "action": "residual", "probability": 0.0}]}})
                 rate = udp_flow_rate(lab, args.seconds, port=7401 + k)

@@ -466,30 +466,30 @@ class TlsInTlsInspector(Inspector):
         self.packets_needed = self.model.window
 
     def inspect(self, flow, pkt, c2s):
+        # Per packet only what the tests need: the data packets' sizes, times and first
+        # bytes, and (for the RTT) when the client first acknowledged the server.
         st = flow.state.get("tlsintls")
         if st is None:
-            st = flow.state["tlsintls"] = {"log": [], "data": 0}
-        if len(st["log"]) < self.max_packets:
-            st["log"].append(_View(1 if c2s else -1, flow.last_seen - flow.first_seen,
-                                   len(pkt.payload), pkt.payload[: tlsintls.HEAD_BYTES]))
-        if pkt.payload:
-            st["data"] += 1
-            if st["data"] >= self.model.window:
-                packets, rtt = tlsintls.from_flowlog(st["log"], self.model.window)
-                d = tlsintls.decide(self.model, packets, rtt, self.strip_cover)
-                if not d.flagged:
-                    return DONE
-                return Match(self.name, {"model": self.model.name, **d.to_json(),
-                                         "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
-        return None if flow.packets < self.max_packets else DONE
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    direction: int
-    ts: float
-    length: int
-    data: bytes
+            st = flow.state["tlsintls"] = [[], None, False]  # data, ack time, seen server
+        t = flow.last_seen - flow.first_seen
+        if not pkt.payload:
+            if not c2s:
+                st[2] = True
+            elif st[2] and st[1] is None:
+                st[1] = t
+            return None if flow.packets < self.max_packets else DONE
+        data = st[0]
+        data.append(tlsintls.Pkt(1 if c2s else -1, len(pkt.payload), t,
+                                 pkt.payload[: tlsintls.HEAD_BYTES]))
+        if len(data) < self.model.window:
+            return None if flow.packets < self.max_packets else DONE
+        # The flow's first packet was its SYN (the engine judges no flow seen mid-way).
+        rtt = tlsintls.rtt_estimate(0.0, st[1])
+        d = tlsintls.decide(self.model, data, rtt, self.strip_cover)
+        if not d.flagged:
+            return DONE
+        return Match(self.name, {"model": self.model.name, **d.to_json(),
+                                 "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
 
 
 def _is_stun(data: bytes) -> bool:
