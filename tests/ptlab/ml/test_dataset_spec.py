@@ -33,8 +33,26 @@ def test_good_spec_and_the_shipped_one(request):
     ({"transports": {"obfs4": {"flows": 0}}}, "transports.obfs4.flows"),
     ({"transports": {"obfs4": {"options": {"iat_mode": 7}}}}, "transports.obfs4.options"),
     ({"benign": {"sessions": "many"}}, "benign.sessions"),
+    ({"transports": {"obfs4": {"inner": "quic"}}}, "transports.obfs4.inner: 'quic' is not"),
 ])
 def test_bad_specs_name_the_key(change, message):
     spec = {**GOOD, **change}
     with pytest.raises(SpecError, match=message.replace(".", r"\.")):
         parse_dataset_spec(spec)
+
+
+def test_external_rows_and_inner_https_borrowed_from_an_experiment(request):
+    """The TLS-in-TLS dataset names rows of proxies.toml, which lends their
+    definitions; its flows carry HTTPS inside the tools."""
+    ds = load_dataset_spec(request.config.rootpath / "experiments" / "tlsintls-dataset.toml")
+    assert set(ds.transports) == {"trojan", "vmess-ws-tls", "vmess", "shadowsocks"}
+    for t in ds.transports.values():
+        assert t["inner"] == "https" and t["options"]["kind"] == "external"
+    assert parse_dataset_spec(GOOD).transports["obfs4"]["inner"] == "http"
+
+
+def test_rows_from_must_name_a_file(tmp_path):
+    spec = tmp_path / "d.toml"
+    spec.write_text('[dataset]\nrows_from = 3\n[settings.lan]\n[transports.x]\n')
+    with pytest.raises(SpecError, match="dataset.rows_from: expected a file name"):
+        load_dataset_spec(spec)
