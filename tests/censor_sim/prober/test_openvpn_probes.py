@@ -14,6 +14,8 @@ import socket
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from censor_sim.prober import openvpn as ov
 from censor_sim.prober.observe import ProbeResult
@@ -122,3 +124,19 @@ def test_the_short_close_bound_and_the_server_reset_shape():
     assert not ov.server_reset(b"\x07\x00\x40")  # length 1792 > 1627
     # Still undecided after the base probes: the protocol probes are needed.
     assert ov.decide(base(r("BaseProbe1", "FIN"), r("BaseProbe2", "TIMEOUT")), long_s=1) is None
+
+
+NAMES = ["BaseProbe1", "BaseProbe2", "SSH", "HTTP-GET", "TLS", "TCP-Generic", "One-Zero",
+         "Two-Zero", "Epmd", "2K-Random"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(NAMES), st.tuples(
+    st.booleans(), st.sampled_from(["FIN", "RST", "TIMEOUT", "REFUSED", "ERROR"]),
+    st.one_of(st.none(), st.floats(0, 100, allow_nan=False)), st.binary(max_size=20))))
+def test_the_chain_answers_for_any_reactions(reactions):
+    results = {n: ProbeResult(n, ok, data, len(data), close, after)
+               for n, (ok, close, after, data) in reactions.items()}
+    out = ov.decide(results, long_s=3.0)
+    assert out is None or out[0] in {ov.OPENVPN, ov.PORT_SHARED, ov.NOT_OPENVPN,
+                                     ov.UNREACHABLE}
