@@ -81,6 +81,9 @@ class Row:
     infra_detections: int = 0  # of the lab's own services' flows (DNS resolver, STUN)
     probes_sent: int = 0
     probe_verdicts: dict[str, int] = field(default_factory=dict)
+    # Probes the censor sent after flows that were not the transport's (the benign
+    # mix's random-looking binary protocol draws the GFW's prober too).
+    collateral_probes: int = 0
     benign_total: int = 0
     benign_blocked: int = 0
     collateral: float | None = None  # share of benign flows blocked, 0..1

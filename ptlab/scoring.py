@@ -162,6 +162,11 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
                 row.time_to_detection_s = round(max(float(e["ts"]) - t_client, 0.0), 3)
                 row.detection_data_packet = e.get("data_packet")
                 row.detection_after_first_byte_s = e.get("since_first_data_s")
+        elif kind in ("probe_request", "probe_verdict") and roles and e.get("flow") \
+                and roles.role_of(e["flow"]) != TRANSPORT:
+            # The prober was sent after another flow (the benign mix's random-looking
+            # binary protocol, say): that is the censor's business with that server.
+            row.collateral_probes += kind == "probe_request"
         elif kind == "probe_request":
             row.probes_sent += 1
         elif kind == "probe_verdict":

@@ -155,6 +155,20 @@ def test_detections_are_put_to_the_flow_they_hit():
     assert transport.time_to_detection_s == 1.0
 
 
+def test_probes_after_a_benign_flow_are_not_the_transports():
+    """The GFW's prober probes the benign mix's binary server too (its random first
+    packet is not exempt): those probes and verdicts are counted apart."""
+    benign, ours = flow(client_port=61234), flow(server="198.18.3.2", server_port=9850)
+    events = [{"event": "probe_request", "flow": benign},
+              {"event": "probe_verdict", "flow": benign, "shadowsocks": "answers-identical-replay"},
+              {"event": "probe_request", "flow": ours},
+              {"event": "probe_verdict", "flow": ours, "shadowsocks": "timeout-on-every-probe"}]
+    row = Row("shadowsocks", "gfw-prober", "reachable")
+    scoring.score_censor(row, events, t_client=100.0, roles=ROLES)
+    assert (row.probes_sent, row.collateral_probes) == (1, 1)
+    assert row.probe_verdicts == {"timeout-on-every-probe": 1}
+
+
 def test_the_port_decides_for_a_destination_both_share():
     # The binary server's port from an ephemeral port is the transport's (direct to it).
     assert ROLES.role_of(flow(client_port=40000)) == "transport"
