@@ -445,6 +445,12 @@ class MlInspector(Inspector):
                                  "comparisons": decision.comparisons, **decision.evidence})
 
 
+# Data packets whose bytes the TLS-in-TLS inspector keeps: a cover TLS handshake is
+# over within its first few packets each way (ClientHello; the server's flight; the
+# client's CCS and Finished), even split across segments.
+COVER_PACKETS = 10
+
+
 class TlsInTlsInspector(Inspector):
     """Xue et al. 2024's encapsulated-handshake tests over a TCP flow's first 25 data
     packets (docs/censors/tlsintls.md §2). Flows that end sooner are never judged, as
@@ -479,13 +485,16 @@ class TlsInTlsInspector(Inspector):
                 st[1] = t
             return None if flow.packets < self.max_packets else DONE
         data = st[0]
-        data.append(tlsintls.Pkt(1 if c2s else -1, len(pkt.payload), t,
-                                 pkt.payload[: tlsintls.HEAD_BYTES]))
+        # Only the first packets can hold the cover handshake's records: later ones
+        # keep no bytes.
+        head = pkt.payload[: tlsintls.HEAD_BYTES] if len(data) < COVER_PACKETS else b""
+        data.append((1 if c2s else -1, len(pkt.payload), t, head))
         if len(data) < self.model.window:
             return None if flow.packets < self.max_packets else DONE
         # The flow's first packet was its SYN (the engine judges no flow seen mid-way).
         rtt = tlsintls.rtt_estimate(0.0, st[1])
-        d = tlsintls.decide(self.model, data, rtt, self.strip_cover)
+        d = tlsintls.decide(self.model, [tlsintls.Pkt(*x) for x in data], rtt,
+                            self.strip_cover)
         if not d.flagged:
             return DONE
         return Match(self.name, {"model": self.model.name, **d.to_json(),
