@@ -183,6 +183,37 @@ def cmd_pt(args: argparse.Namespace) -> int:
 
 # --- ptlab censor ------------------------------------------------------------
 
+def _censor_pcap(args: argparse.Namespace) -> int:
+    """``ptlab censor --profile P --pcap F``: the engine over a capture (docs/lab/censor.md)."""
+    import json
+
+    from censor_sim.offline import replay
+    from censor_sim.pcapflows import PcapError
+    from censor_sim.profile import ProfileError, load_profile
+
+    try:
+        overrides = json.loads(args.set) if args.set else {}
+        if not isinstance(overrides, dict):
+            return _die("--set: expected a JSON object of profile overrides")
+        profile = load_profile(args.profile, overrides)
+        out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115
+    except (ValueError, ProfileError, OSError) as exc:
+        return _die(f"censor --pcap: {exc}")
+    flows = flagged = 0
+    try:
+        for fv in replay(profile, Path(args.pcap), args.clients, args.seed):
+            out.write(json.dumps(fv.to_json()) + "\n")
+            flows += 1
+            flagged += fv.verdict != "pass"
+    except (PcapError, ValueError, OSError) as exc:
+        return _die(f"censor --pcap: {exc}")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"{profile.name}: {flagged} of {flows} flows acted on", file=sys.stderr)
+    return 0
+
+
 def cmd_censor(args: argparse.Namespace) -> int:
     """Run one censor profile on real interfaces, outside any lab (a VM router, say)."""
     import asyncio
@@ -192,6 +223,10 @@ def cmd_censor(args: argparse.Namespace) -> int:
     from censor_sim.datapath import DatapathError
     from censor_sim.profile import ProfileError
 
+    if args.pcap:
+        return _censor_pcap(args)
+    if not args.inside or not args.outside:
+        return _die("--inside and --outside are needed (or --pcap to judge a capture)")
     require_root()
     require_tools("nft", "iptables")
     for iface in (args.inside, args.outside):
@@ -521,13 +556,20 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Our Snowflake volunteer proxy, with the Go proxy's "
                                "single-dash flags; ptlab snowflake-proxy -h lists them.")
 
-    cen = sub.add_parser("censor", help="run a censor profile on real interfaces",
+    cen = sub.add_parser("censor", help="run a censor profile on real interfaces or a pcap",
                          description="Run one censor profile on this host's interfaces "
                                      "(for example on a VM router) until SIGINT/SIGTERM; "
-                                     "events go to stdout as JSON lines.")
+                                     "events go to stdout as JSON lines. With --pcap, run "
+                                     "it over a capture instead: no root, no network, one "
+                                     "JSON line per flow.")
     cen.add_argument("--profile", required=True, help="profile name or path to a .toml")
-    cen.add_argument("--inside", required=True, help="interface toward the censored users")
-    cen.add_argument("--outside", required=True, help="interface toward the rest of the world")
+    cen.add_argument("--inside", help="interface toward the censored users")
+    cen.add_argument("--outside", help="interface toward the rest of the world")
+    cen.add_argument("--pcap", help="a classic pcap to judge offline (tcpdump -w)")
+    cen.add_argument("--out", help="--pcap: write the verdicts here (default stdout)")
+    cen.add_argument("--clients", action="append", default=[], metavar="CIDR",
+                     help="--pcap: the censored users' addresses (default: whoever opened "
+                          "each flow); repeatable")
     cen.add_argument("--set", help='profile overrides as JSON, e.g. \'{"actions": '
                                    '{"residual": {"seconds": [10]}}}\'')
     cen.add_argument("--seed", type=int, default=0, help="seed of the censor's RNG")

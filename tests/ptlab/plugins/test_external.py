@@ -206,6 +206,16 @@ def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
     row = run_row(lab, "mytool", SS, "gfw-fet-2021", FET, bootstrap_timeout_s=4.0)
     assert (row.status, row.repetitions_ok) == ("blocked", 0), row.error
     assert (row.detector, row.detection_data_packet) == ("fet", 1)
+    # The cell's capture, replayed offline (no namespaces, no root), gives the verdict
+    # the live censor gave: the transport's first connection, at its first data packet.
+    from censor_sim.offline import replay
+    from censor_sim.profile import load_profile
+
+    pcap = lab.out_dir / next(p for p in row.pcaps if "censor-client" in p)
+    ours = [v for v in replay(load_profile("gfw-fet-2021", FET), pcap)
+            if v.flow["server_port"] == 9850]
+    assert (ours[0].verdict, ours[0].detector, ours[0].data_packet) == ("residual", "fet", 1)
+    assert {v.verdict for v in ours[1:]} <= {"dropped-by-residual"}
 
 
 @pytest.mark.lab

@@ -1,0 +1,173 @@
+"""The censor over a capture: the live engine and detectors, with no network and no root.
+
+Why this exists: researchers want to ask "what would this censor have done to my
+traffic?" of a pcap they already have, as CensorLab's and OpenGFW's pcap modes let
+them (docs/censors/blocking.md §3.2, §3.3; docs/lab/censor.md §4). :func:`replay`
+feeds every packet of a classic pcap to the same :class:`~censor_sim.engine.Engine`
+the live censor runs, on the capture's own clock, and reports per flow what the
+censor decided and would have done. Actions that need a live network (injecting
+packets, probing a server, blocking it) are reported as ``would inject``, ``would
+probe`` and ``would block``, never carried out.
+
+Which side is the censored user's: the hosts in ``clients`` (CIDRs), or, when none
+are given, whoever opened the flow (the sender of a TCP SYN, or of a UDP flow's
+first packet). A capture taken on the censor's client-side interface, as the lab's
+are, holds every client-to-server packet the live censor saw, so a lab cell's pcap
+replayed gives the verdict the live censor gave.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import packet
+from .engine import Effects, Engine, unsupported
+from .inspectors import Match
+from .pcapflows import read_packets
+from .profile import Profile
+
+FlowKey = tuple[str, str, int, int, int]
+
+
+class OfflineEffects(Effects):
+    """Records what a live censor would do; does none of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.would: list[tuple[dict[str, Any], str]] = []
+
+    def probe(self, flow: dict[str, Any], first_payload: bytes, match: Match) -> None:
+        super().probe(flow, first_payload, match)
+        self.would.append((flow, f"probe {flow['server']}:{flow['server_port']}"))
+
+    def block_server(self, server: str, port: int) -> None:
+        super().block_server(server, port)
+        self.would.append(({"server": server, "server_port": port},
+                           f"block {server}:{port}"))
+
+
+@dataclass
+class FlowVerdict:
+    """What the censor decided about one flow of the capture."""
+
+    flow: dict[str, Any]
+    packets: int = 0  # the flow's packets in the capture
+    # pass; the first action taken on it (drop, residual, rst, ...); or
+    # dropped-by-residual, when an earlier flow's block caught it.
+    verdict: str = "pass"
+    detector: str | None = None
+    packet: int | None = None  # the flow's packet (1-based) the decision came on
+    data_packet: int | None = None  # its client-to-server data packet, as live events say
+    after_s: float | None = None  # seconds from the flow's first packet
+    evidence: dict[str, Any] = field(default_factory=dict)
+    detections: int = 0  # detections, including those the rule's chance let pass
+    would: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flow": self.flow, "packets": self.packets, "verdict": self.verdict,
+                "detector": self.detector, "packet": self.packet,
+                "data_packet": self.data_packet, "after_s": self.after_s,
+                "detections": self.detections, "evidence": self.evidence,
+                "would": self.would}
+
+
+def _key(flow: dict[str, Any]) -> FlowKey:
+    return (str(flow["client"]), str(flow["server"]), int(flow["proto"]),
+            int(flow["client_port"]), int(flow["server_port"]))
+
+
+class _Sides:
+    """Which end of each packet is the censored user."""
+
+    def __init__(self, clients: Iterable[str]) -> None:
+        self.nets = [ipaddress.ip_network(c, strict=False) for c in clients]
+        self.opened: dict[tuple[str, int, str, int, int], bool] = {}
+        self.memo: dict[str, bool] = {}
+
+    def from_client(self, pkt: packet.Packet) -> bool:
+        if self.nets:
+            a = self.memo.get(pkt.src)
+            if a is None:
+                addr = ipaddress.ip_address(pkt.src)
+                a = self.memo[pkt.src] = any(addr in n for n in self.nets)
+            return a
+        fwd = (pkt.src, pkt.sport, pkt.dst, pkt.dport, pkt.proto)
+        rev = (pkt.dst, pkt.dport, pkt.src, pkt.sport, pkt.proto)
+        if fwd in self.opened:
+            return True
+        if rev in self.opened:
+            return False
+        # A new flow: its opener is the client (for TCP, the SYN's sender; a flow seen
+        # mid-way is put to its first sender, and the engine lets such flows pass).
+        if pkt.proto == packet.TCP and pkt.has(packet.SYN) and pkt.has(packet.ACK):
+            self.opened[rev] = True
+            return False
+        self.opened[fwd] = True
+        return True
+
+
+def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
+           seed: int = 0) -> Iterator[FlowVerdict]:
+    """Every flow of the capture with the censor's verdict, in order of first packet."""
+    if (why := unsupported(profile)) is not None:
+        raise ValueError(f"profile {profile.name}: {why}")
+    now = [0.0]
+    effects = OfflineEffects()
+    engine = Engine(profile, clock=lambda: now[0], rng=random.Random(seed), effects=effects)
+    if engine.geneva is not None:
+        raise ValueError(f"profile {profile.name}: a Geneva censor acts on every packet "
+                         "of a live connection; it has no offline mode")
+    sides = _Sides(clients)
+    flows: dict[FlowKey, FlowVerdict] = {}
+    starts: dict[FlowKey, float] = {}
+    seen_events = seen_would = 0
+    for ts, raw, _ in read_packets(Path(path)):
+        pkt = packet.parse(raw)
+        if pkt is None or pkt.fragment or pkt.proto not in (packet.TCP, packet.UDP):
+            continue
+        c2s = sides.from_client(pkt)
+        key = ((pkt.src, pkt.dst, pkt.proto, pkt.sport, pkt.dport) if c2s
+               else (pkt.dst, pkt.src, pkt.proto, pkt.dport, pkt.sport))
+        fv = flows.get(key)
+        if fv is None:
+            fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
+                                           "client_port": key[3], "server_port": key[4]})
+            starts[key] = ts
+        fv.packets += 1
+        now[0] = ts
+        verdict = engine.handle(pkt, c2s)
+        for e in effects.events[seen_events:]:
+            target = flows.get(_key(e["flow"])) if isinstance(e.get("flow"), dict) else None
+            if target is None:
+                continue
+            if e["event"] == "detection":
+                target.detections += 1
+            elif e["event"] == "action" and target.verdict == "pass":
+                target.verdict = "+".join(e.get("actions") or ["?"])
+                target.detector = e.get("detector")
+                target.packet = target.packets
+                target.after_s = round(ts - starts[_key(e["flow"])], 6)
+                target.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
+                                 for i in e.get("injected", [])]
+        for e in effects.events[seen_events:]:
+            if e["event"] == "detection" and isinstance(e.get("flow"), dict):
+                target = flows.get(_key(e["flow"]))
+                if target is not None and target.detector == e.get("detector") \
+                        and target.data_packet is None and target.verdict != "pass":
+                    target.data_packet = e.get("data_packet")
+                    target.evidence = e.get("evidence", {})
+        seen_events = len(effects.events)
+        if verdict.drop and fv.verdict == "pass":
+            # No detection of its own: an earlier block (a residual on its 3-tuple).
+            fv.verdict, fv.packet = "dropped-by-residual", fv.packets
+            fv.after_s = round(ts - starts[key], 6)
+        for f, what in effects.would[seen_would:]:
+            target = flows.get(_key(f)) if "client" in f else None
+            (target.would if target else fv.would).append(what)
+        seen_would = len(effects.would)
+    yield from flows.values()
