@@ -14,6 +14,7 @@ import json
 import pytest
 
 from censor_sim.profile import load_profile
+from tests.support.replay import replayed
 
 pytestmark = pytest.mark.lab
 
@@ -36,6 +37,9 @@ def test_obfs4_is_blocked_at_its_first_data_packet(lab, transport):
     ev = detections(lab, row, "entropy")[0]["evidence"]
     assert ev["packets"] <= 6 <= BUDGET  # SYN, SYN-ACK, ACK, then the hello
     assert ev["tested"] and ev["p_value"] >= 0.1 and ev["length"] >= 149
+    # Offline, the cell's capture gives the same verdict (ptlab censor --pcap).
+    first = replayed(lab, row, "ml-2015", server=lab.runner.lab.addr("bridge"))[0]
+    assert (first.verdict != "pass", first.detector) == (True, "entropy")
 
 
 def test_meek_is_caught_by_the_tree_within_the_budget(lab):
@@ -45,6 +49,7 @@ def test_meek_is_caught_by_the_tree_within_the_budget(lab):
     ev = detections(lab, row, "meek")[0]["evidence"]
     assert ev["packets"] == 30 <= BUDGET
     assert ev["model"] == "wang2015-meek-tree" and 1 <= ev["comparisons"] <= 8
+
 
 
 def test_a_split_first_segment_evades_the_entropy_test(lab):
