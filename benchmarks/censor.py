@@ -13,7 +13,11 @@
    flows), ``gfw-fet-2021`` alone against ``gfw-fet-2021`` with the
    ``openvpn``, ``wireguard``, ``dns_tunnel`` and ``tls_in_tls`` detectors
    added. Target: at most +10 % per packet (issue 22).
-4. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
+4. **Pcap mode** (``ptlab censor --pcap``): packets per second through the
+   offline censor over a synthetic capture of the corpus's flows, for
+   ``gfw-fet-2021`` and ``sni-blocklist`` (issue 23's goal: 100,000/s; CensorLab
+   publishes 22–67 k/s for its PCAP mode).
+5. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
    random bytes, echo, close) as fast as one client can make them, censor off
    against ``gfw-fet-2021`` with p = 0 (every flow fully inspected, none
    blocked), and the censor's own per-packet cost from its counters.
@@ -232,6 +236,40 @@ def fet_with_vpn_profile(tmp: Path) -> Path:
     return path
 
 
+def pcap_rate(n: int = 6000) -> dict[str, float]:
+    """Packets per second of the offline censor over a capture of ``n`` flows (the
+    corpus's TCP flows with a handshake, a payload, an answer and a teardown)."""
+    from scapy.all import IP, TCP, Raw, wrpcap
+
+    from censor_sim.offline import replay
+    from censor_sim.profile import load_profile
+
+    pkts = []
+    for i, d in enumerate(corpus(n)):
+        c, s, cp, t0 = "198.18.0.2", "198.18.5.2", 10000 + i % 50000, i * 0.01
+        seq = [IP(src=c, dst=s) / TCP(sport=cp, dport=443, flags="S", seq=1),
+               IP(src=s, dst=c) / TCP(sport=443, dport=cp, flags="SA", seq=9, ack=2),
+               IP(src=c, dst=s) / TCP(sport=cp, dport=443, flags="A", seq=2, ack=10),
+               IP(src=c, dst=s) / TCP(sport=cp, dport=443, flags="PA", seq=2, ack=10) / Raw(d),
+               IP(src=s, dst=c) / TCP(sport=443, dport=cp, flags="PA", seq=10, ack=2 + len(d))
+               / Raw(b"x" * 600),
+               IP(src=c, dst=s) / TCP(sport=cp, dport=443, flags="FA", seq=2 + len(d), ack=610)]
+        for k, p in enumerate(seq):
+            p.time = t0 + k * 0.001
+        pkts += seq
+    with tempfile.TemporaryDirectory() as td:
+        path = Path(td) / "corpus.pcap"
+        wrpcap(str(path), pkts)
+        rates = {}
+        for prof in ("gfw-fet-2021", "sni-blocklist"):
+            profile = load_profile(prof, {"policy": {"rules": []}})
+            t = time.perf_counter()
+            for _ in replay(profile, path):
+                pass
+            rates[prof] = len(pkts) / (time.perf_counter() - t)
+    return rates
+
+
 def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
     """Short echo connections per second from the client node to the bridge node."""
     stop = threading.Event()
@@ -317,6 +355,9 @@ def main() -> int:
     args = ap.parse_args()
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
+        print(f"  {k:28s} {v:10.0f}")
+    print("pcap mode (ptlab censor --pcap, one core, packets/s; goal 100,000):")
+    for k, v in pcap_rate().items():
         print(f"  {k:28s} {v:10.0f}")
     print("issue 22's detectors (openvpn, wireguard, dns_tunnel, tls_in_tls) on flows "
           "they do not match (engine offline, µs per packet, median of 5):")
