@@ -138,6 +138,13 @@ class Engine:
             if not insp.in_scope(flow):
                 flow.done.add(insp.name)
                 continue
+            if not pkt.payload and not insp.sees_empty:
+                # What its inspect() would answer, without the call.
+                if flow.packets < insp.max_packets:
+                    pending = True
+                else:
+                    flow.done.add(insp.name)
+                continue
             res = insp.inspect(flow, pkt, c2s)
             if res is None:
                 pending = True

@@ -52,6 +52,11 @@ class Inspector:
 
     kind = ""
     protocols: tuple[int, ...] = (TCP,)
+    # Whether packets without payload (TCP handshakes and acknowledgements) are shown
+    # to inspect(). Most inspectors judge payloads only; for them the engine answers
+    # an empty packet itself ("not yet", or "done" past max_packets), which is what
+    # their inspect() would return, without the call.
+    sees_empty = False
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
@@ -170,6 +175,7 @@ class QuicSniInspector(Inspector):
     """The GFW's 2024 QUIC-SNI blocker: first datagram only, src port ≥ dst port."""
 
     kind = "quic_sni"
+    sees_empty = True
     protocols = (UDP,)
 
     def inspect(self, flow, pkt, c2s):
@@ -189,6 +195,7 @@ class DtlsInspector(Inspector):
     """Russia's byte rules against Snowflake's pion DTLS hellos (both directions)."""
 
     kind = "dtls"
+    sees_empty = True
     protocols = (UDP,)
 
     def inspect(self, flow, pkt, c2s):
@@ -285,6 +292,7 @@ class WireGuardInspector(Inspector):
     """
 
     kind = "wireguard"
+    sees_empty = True
     protocols = (UDP,)
 
     def inspect(self, flow, pkt, c2s):
@@ -407,6 +415,7 @@ class MlInspector(Inspector):
     """
 
     kind = "ml"
+    sees_empty = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
@@ -472,33 +481,39 @@ class TlsInTlsInspector(Inspector):
         self.packets_needed = self.model.window
 
     def inspect(self, flow, pkt, c2s):
-        # Per packet only what the tests need: the data packets' sizes, times and first
-        # bytes, and (for the RTT) when the client first acknowledged the server.
-        st = flow.state.get("tlsintls")
-        if st is None:
-            st = flow.state["tlsintls"] = [[], None, False]  # data, ack time, seen server
+        # Per data packet only what the tests need: its size, time and first bytes. The
+        # RTT comes from the flow's own record of its first packets (flow.stats).
+        data = flow.state.get("tlsintls")
+        if data is None:
+            data = flow.state["tlsintls"] = []
         t = flow.last_seen - flow.first_seen
-        if not pkt.payload:
-            if not c2s:
-                st[2] = True
-            elif st[2] and st[1] is None:
-                st[1] = t
-            return None if flow.packets < self.max_packets else DONE
-        data = st[0]
         # Only the first packets can hold the cover handshake's records: later ones
         # keep no bytes.
         head = pkt.payload[: tlsintls.HEAD_BYTES] if len(data) < COVER_PACKETS else b""
         data.append((1 if c2s else -1, len(pkt.payload), t, head))
         if len(data) < self.model.window:
             return None if flow.packets < self.max_packets else DONE
-        # The flow's first packet was its SYN (the engine judges no flow seen mid-way).
-        rtt = tlsintls.rtt_estimate(0.0, st[1])
+        # The flow's first packet was its SYN (the engine judges no flow seen mid-way);
+        # the client's first empty packet after the server's first is its ACK.
+        rtt = _handshake_rtt(flow)
         d = tlsintls.decide(self.model, [tlsintls.Pkt(*x) for x in data], rtt,
                             self.strip_cover)
         if not d.flagged:
             return DONE
         return Match(self.name, {"model": self.model.name, **d.to_json(),
                                  "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
+
+
+def _handshake_rtt(flow: Flow) -> float | None:
+    """The paper's RTT (SYN to the client's handshake ACK) from the flow's record."""
+    seen_server = False
+    for d, n, ts in zip(flow.stats.directions, flow.stats.lengths, flow.stats.times,
+                        strict=True):
+        if d < 0:
+            seen_server = True
+        elif seen_server and n == 0:
+            return tlsintls.rtt_estimate(0.0, ts)
+    return None
 
 
 def _is_stun(data: bytes) -> bool:
