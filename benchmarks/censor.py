@@ -293,23 +293,32 @@ def flow_rate(lab: Lab, seconds: float, port: int = 7300) -> float:
 
     threading.Thread(target=serve, daemon=True).start()
     rng = random.Random(2)
-    n, t0 = 0, time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        s = ns_socket(lab.ns("client"))
-        s.settimeout(2)
-        try:
+
+    def exchange() -> None:
+        with ns_socket(lab.ns("client")) as s:
+            s.settimeout(2)
             s.connect((lab.addr("bridge"), port))
             s.sendall(rng.randbytes(64))
             s.recv(4096)
+
+    try:
+        return _exchanges_per_second(seconds, exchange)
+    finally:
+        stop.set()
+        srv.close()
+
+
+def _exchanges_per_second(seconds: float, exchange) -> float:
+    """How many times ``exchange()`` completes per second over ``seconds``; one that
+    raises OSError (a timeout, a refusal) does not count."""
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            exchange()
             n += 1
         except OSError:
             pass
-        finally:
-            s.close()
-    rate = n / (time.monotonic() - t0)
-    stop.set()
-    srv.close()
-    return rate
+    return n / (time.monotonic() - t0)
 
 
 def udp_flow_rate(lab: Lab, seconds: float, port: int = 7400) -> float:
@@ -330,22 +339,18 @@ def udp_flow_rate(lab: Lab, seconds: float, port: int = 7400) -> float:
 
     threading.Thread(target=serve, daemon=True).start()
     rng = random.Random(3)
-    n, t0 = 0, time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        s = ns_socket(lab.ns("client"), socket.AF_INET, socket.SOCK_DGRAM)
-        s.settimeout(1)
-        try:
+
+    def exchange() -> None:
+        with ns_socket(lab.ns("client"), socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(1)
             s.sendto(rng.randbytes(64), (lab.addr("bridge"), port))
             s.recv(2048)
-            n += 1
-        except OSError:
-            pass
-        finally:
-            s.close()
-    rate = n / (time.monotonic() - t0)
-    stop.set()
-    srv.close()
-    return rate
+
+    try:
+        return _exchanges_per_second(seconds, exchange)
+    finally:
+        stop.set()
+        srv.close()
 
 
 def main() -> int:
@@ -387,38 +392,28 @@ def main() -> int:
                 off, on = statistics.median(offs), statistics.median(ons)
                 print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
                       f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
-            print(f"\nnew flows through the router ({args.seconds:.0f} s each, one client):")
-            off_rate = flow_rate(lab, args.seconds)
-            print(f"  censor off                   {off_rate:10.0f} flows/s")
-            c = start_censor(lab, tmp, "gfw-fet-2021", {"policy": {"rules": [
-                {"detector": "fet", "action": "residual", "probability": 0.0}]}})
-            on_rate = flow_rate(lab, args.seconds, port=7301)
-            fin = final_counters(c)
-            print(f"  gfw-fet-2021 (p=0, all inspected) {on_rate:6.0f} flows/s   "
-                  f"on/off = {on_rate / off_rate:.3f}")
-            print(f"  queued packets {fin.get('queued')}, per-packet cost "
-                  f"{fin.get('per_packet_us')} µs, censor CPU {fin.get('cpu_s')} s")
-            c = start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)), {"policy": {"rules": [
-                {"detector": "fet", "action": "residual", "probability": 0.0}]}})
-            vpn_rate = flow_rate(lab, args.seconds, port=7302)
-            fin_vpn = final_counters(c)
-            print(f"  + issue 22's detectors       {vpn_rate:10.0f} flows/s   "
-                  f"on/off = {vpn_rate / off_rate:.3f}")
-            print(f"  queued packets {fin_vpn.get('queued')}, per-packet cost "
-                  f"{fin_vpn.get('per_packet_us')} µs (with them / FET alone = "
-                  f"{(fin_vpn.get('per_packet_us') or 0) / (fin.get('per_packet_us') or 1):.3f})")
-            print(f"\nnew UDP flows through the router ({args.seconds:.0f} s each, query/answer):")
-            off_udp = udp_flow_rate(lab, args.seconds)
-            print(f"  censor off                   {off_udp:10.0f} flows/s")
-            for k, (label, prof) in enumerate((
-                    ("gfw-fet-2021 (p=0)", "gfw-fet-2021"),
-                    ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp))))):
-                c = start_censor(lab, tmp, prof, {"policy": {"rules": [
-                    {"detector": "fet", "action": "residual", "probability": 0.0}]}})
-                rate = udp_flow_rate(lab, args.seconds, port=7401 + k)
-                f = final_counters(c)
-                print(f"  {label:28s} {rate:10.0f} flows/s   on/off = {rate / off_udp:.3f}   "
-                      f"queued {f.get('queued')}, {f.get('per_packet_us')} µs per packet")
+            fet_p0 = {"policy": {"rules": [
+                {"detector": "fet", "action": "residual", "probability": 0.0}]}}
+            profiles = (("gfw-fet-2021 (p=0, all inspected)", "gfw-fet-2021"),
+                        ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp))))
+            for what, rate_of, port in (
+                    ("TCP flows (connect, 64 bytes, echo, close)", flow_rate, 7300),
+                    ("UDP flows (a query and its answer)", udp_flow_rate, 7400)):
+                print(f"\nnew {what} through the router ({args.seconds:.0f} s each, "
+                      "one client):")
+                off = rate_of(lab, args.seconds, port=port)
+                print(f"  {'censor off':34s} {off:8.0f} flows/s")
+                costs = []
+                for k, (label, prof) in enumerate(profiles, start=1):
+                    c = start_censor(lab, tmp, prof, fet_p0)
+                    rate = rate_of(lab, args.seconds, port=port + k)
+                    fin = final_counters(c)
+                    costs.append(fin.get("per_packet_us") or 0.0)
+                    print(f"  {label:34s} {rate:8.0f} flows/s   on/off = {rate / off:.3f}   "
+                          f"queued {fin.get('queued')}, {fin.get('per_packet_us')} µs per "
+                          f"packet, censor CPU {fin.get('cpu_s')} s")
+                print(f"  per-packet cost, with them / FET alone = "
+                      f"{costs[1] / (costs[0] or 1):.3f}")
         finally:
             iperf_srv.stop()
     return 0
