@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -41,13 +42,15 @@ from censor_sim.detectors.ml import features
 from censor_sim.pcapflows import flows_from_pcap
 
 from .. import plugins
+from ..labservices import WEB_HTTPS
 from ..spec import Checker, SpecError, parse_spec, read_toml
 from . import traffic
 
 FORMAT = "ptlab-dataset/1"
 META_COLUMNS = ("flow_id", "label", "app", "setting", "cell", "client", "server",
                 "server_port", "server_role", "packets", "pcap")
-_APPS = {443: "https", 80: "http", 22: "ssh", 53: "dns", 7000: "binary"}
+#: The benign session kind of a flow, by its server port.
+APPS_BY_PORT = {443: "https", 80: "http", 22: "ssh", 53: "dns", 7000: "binary"}
 
 
 @dataclass
@@ -201,11 +204,14 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
                                             pcap, ds.snaplen) as ep:
                     if transport is not None:
                         n = ds.transports[transport]["flows"]
-                        inner = (traffic.client_tls(str(runner.services.ca.ca_path))
-                                 if ds.transports[transport]["inner"] == "https"
-                                 and runner.services.ca else None)
+                        if ds.transports[transport]["inner"] == "https" and runner.services.ca:
+                            # HTTPS to the web node inside the transport (docs/censors/
+                            # tlsintls.md §2.1): the tunnel carries the user's handshake.
+                            ep = dataclasses.replace(
+                                ep, target_port=WEB_HTTPS,
+                                inner_tls_ca=str(runner.services.ca.ca_path))
                         jobs = [_transport_job(lab.ns("client"), ep, traffic.plan(rng),
-                                               ds.flow_timeout_s, inner) for _ in range(n)]
+                                               ds.flow_timeout_s) for _ in range(n)]
                     else:
                         targets = runner.services.benign_targets()
                         edge_v6 = lab.addr("cdn", v6=True)
@@ -223,7 +229,7 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
                             f"({type(first).__name__}: {first})")
                 for flow in flows_from_pcap(pcap, clients, ds.window):
                     role = lab.topology.role_of_addr(flow.server) or "?"
-                    app = transport or _APPS.get(flow.server_port, f"tcp/{flow.server_port}")
+                    app = transport or APPS_BY_PORT.get(flow.server_port, f"tcp/{flow.server_port}")
                     if transport is None and flow.server_port == 443 and role == "cdn":
                         app = "https-edge"
                     rows.append([len(rows), cell, app, setting.name, f"{setting.name}__{cell}",
@@ -255,8 +261,8 @@ def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) ->
     return manifest
 
 
-def _transport_job(ns: str, ep: Any, p: traffic.Plan, timeout: float, inner: Any = None):
-    return lambda: traffic.transport_flow(ns, ep, p, timeout, inner)
+def _transport_job(ns: str, ep: Any, p: traffic.Plan, timeout: float):
+    return lambda: traffic.transport_flow(ns, ep, p, timeout)
 
 
 def _fmt(v: float) -> str:

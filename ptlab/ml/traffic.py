@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import random
 import ssl
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from ..plugins.base import Endpoint
 from ..services.sshd import SshdFiles
 from ..workloads import benign
-from ..workloads.http import HTTPError, read_body, read_head, send_get
+from ..workloads.http import HTTPError, client_tls, read_body, read_head, send_get
 from ..workloads.tunnel import open_tunnel
 
 # Benign session kinds and their weights in the mix: mostly web, as on a real
@@ -72,21 +71,11 @@ async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     return got
 
 
-async def transport_flow(ns: str, ep: Endpoint, p: Plan, timeout: float = 10.0,
-                         inner_tls: ssl.SSLContext | None = None,
-                         tls_port: int = 443) -> int:
-    """One connection through the transport; returns the body bytes received.
-
-    With ``inner_tls`` the connection goes to the web node's HTTPS port instead and
-    the requests run inside TLS, as a browser's do through a proxy: the tunnel then
-    carries the user's own TLS handshake (docs/censors/tlsintls.md §1)."""
-    if inner_tls is not None:
-        ep = dataclasses.replace(ep, target_port=tls_port)
+async def transport_flow(ns: str, ep: Endpoint, p: Plan, timeout: float = 10.0) -> int:
+    """One connection through the transport; returns the body bytes received (over
+    HTTPS inside the transport when the endpoint says so: ``inner_tls_ca``)."""
     reader, writer = await open_tunnel(ns, ep, timeout)
     try:
-        if inner_tls is not None:
-            await writer.start_tls(inner_tls, server_hostname="web.lab",
-                                   ssl_handshake_timeout=timeout)
         return await _requests(reader, writer, p, "web.lab", timeout)
     finally:
         writer.close()
@@ -145,17 +134,6 @@ def benign_session(kind: str, ns: str, targets: benign.BenignTargets, rng: rando
         dip, dport = targets.dns
         return lambda: benign.dns_over_tcp(ns, dip, dport, targets.dns_name, targets.dns_type)
     raise ValueError(f"unknown benign session kind {kind!r}")
-
-
-def client_tls(ca: str) -> ssl.SSLContext:
-    """The client context meek's Python client gets from aiohttp: Python's default,
-    offering ALPN "http/1.1". Benign HTTPS must not differ from meek by its TLS
-    configuration, or a classifier learns the handshake instead of the traffic
-    (without ALPN, the edge's first flight is 15 bytes shorter, and a tree
-    trained on the LAN split on exactly that)."""
-    ctx = ssl.create_default_context(cafile=ca)
-    ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
 
 
 def pick_kinds(rng: random.Random, n: int) -> list[str]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
 
 from netns.nsenter import ns_socket
 from transports.pt import socks5
 
 from ..plugins.base import Endpoint
+from .http import client_tls
 
 
 async def ns_open_connection(ns: str | None, host: str, port: int,
@@ -42,19 +42,12 @@ async def open_tunnel(ns: str | None, ep: Endpoint,
     reader, writer = await _open_tunnel(ns, ep, timeout)
     if ep.inner_tls_ca:
         try:
-            await writer.start_tls(_inner_tls(ep.inner_tls_ca), server_hostname=ep.inner_tls_host,
+            await writer.start_tls(client_tls(ep.inner_tls_ca), server_hostname=ep.inner_tls_host,
                                    ssl_handshake_timeout=timeout)
         except BaseException:
             writer.close()
             raise
     return reader, writer
-
-
-def _inner_tls(ca: str) -> ssl.SSLContext:
-    """A browser-like client context (ALPN http/1.1) that trusts the lab CA."""
-    ctx = ssl.create_default_context(cafile=ca)
-    ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
 
 
 async def _open_tunnel(ns: str | None, ep: Endpoint,
