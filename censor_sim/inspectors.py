@@ -295,13 +295,20 @@ class WireGuardInspector(Inspector):
     sees_empty = True
     protocols = (UDP,)
 
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.confirm = params.get("confirm", "response")
+        if self.confirm not in ("response", "none"):
+            raise ValueError(f"detectors.{name}.confirm: {self.confirm!r} is not one of "
+                             "response, none")
+
     def inspect(self, flow, pkt, c2s):
         if not pkt.payload:
             return None
         first = flow.c2s_payloads[0] if flow.c2s_payloads else None
         if first is None or not wireguard.is_initiation(first):
             return DONE
-        if self.params.get("confirm", "response") == "none":
+        if self.confirm == "none":
             return Match(self.name, {"message": "initiation", "length": len(first)})
         if not c2s and wireguard.response_answers(first, pkt.payload):
             return Match(self.name, {"message": "response", "length": len(pkt.payload),
@@ -493,27 +500,15 @@ class TlsInTlsInspector(Inspector):
         data.append((1 if c2s else -1, len(pkt.payload), t, head))
         if len(data) < self.model.window:
             return None if flow.packets < self.max_packets else DONE
-        # The flow's first packet was its SYN (the engine judges no flow seen mid-way);
-        # the client's first empty packet after the server's first is its ACK.
-        rtt = _handshake_rtt(flow)
+        # The flow's record of its first packets holds its SYN and handshake ACK.
+        st = flow.stats
+        rtt = tlsintls.handshake_rtt(zip(st.directions, st.lengths, st.times, strict=True))
         d = tlsintls.decide(self.model, [tlsintls.Pkt(*x) for x in data], rtt,
                             self.strip_cover)
         if not d.flagged:
             return DONE
         return Match(self.name, {"model": self.model.name, **d.to_json(),
                                  "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
-
-
-def _handshake_rtt(flow: Flow) -> float | None:
-    """The paper's RTT (SYN to the client's handshake ACK) from the flow's record."""
-    seen_server = False
-    for d, n, ts in zip(flow.stats.directions, flow.stats.lengths, flow.stats.times,
-                        strict=True):
-        if d < 0:
-            seen_server = True
-        elif seen_server and n == 0:
-            return tlsintls.rtt_estimate(0.0, ts)
-    return None
 
 
 def _is_stun(data: bytes) -> bool:

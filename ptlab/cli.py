@@ -183,6 +183,19 @@ def cmd_pt(args: argparse.Namespace) -> int:
 
 # --- ptlab censor ------------------------------------------------------------
 
+def _set_overrides(args: argparse.Namespace) -> dict:
+    """``ptlab censor --set``'s profile overrides; ValueError says what is wrong."""
+    import json
+
+    try:
+        overrides = json.loads(args.set) if args.set else {}
+    except ValueError as exc:
+        raise ValueError(f"--set: not JSON: {exc}") from None
+    if not isinstance(overrides, dict):
+        raise ValueError("--set: expected a JSON object of profile overrides")
+    return overrides
+
+
 def _censor_pcap(args: argparse.Namespace) -> int:
     """``ptlab censor --profile P --pcap F``: the engine over a capture (docs/lab/censor.md)."""
     import json
@@ -192,10 +205,7 @@ def _censor_pcap(args: argparse.Namespace) -> int:
     from censor_sim.profile import ProfileError, load_profile
 
     try:
-        overrides = json.loads(args.set) if args.set else {}
-        if not isinstance(overrides, dict):
-            return _die("--set: expected a JSON object of profile overrides")
-        profile = load_profile(args.profile, overrides)
+        profile = load_profile(args.profile, _set_overrides(args))
         out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115
     except (ValueError, ProfileError, OSError) as exc:
         return _die(f"censor --pcap: {exc}")
@@ -217,7 +227,6 @@ def _censor_pcap(args: argparse.Namespace) -> int:
 def cmd_censor(args: argparse.Namespace) -> int:
     """Run one censor profile on real interfaces, outside any lab (a VM router, say)."""
     import asyncio
-    import json
 
     from censor_sim.__main__ import run as run_censor
     from censor_sim.datapath import DatapathError
@@ -235,11 +244,9 @@ def cmd_censor(args: argparse.Namespace) -> int:
     if args.inside == args.outside:
         return _die("--inside and --outside must be different interfaces")
     try:
-        overrides = json.loads(args.set) if args.set else {}
+        overrides = _set_overrides(args)
     except ValueError as exc:
-        return _die(f"--set: not JSON: {exc}")
-    if not isinstance(overrides, dict):
-        return _die("--set: expected a JSON object of profile overrides")
+        return _die(str(exc))
     if Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() != "1":
         print("ptlab: warning: net.ipv4.ip_forward is 0, so this host forwards nothing",
               file=sys.stderr)

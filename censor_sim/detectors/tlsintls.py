@@ -65,28 +65,32 @@ class Pkt:
 HEAD_BYTES = 256  # bytes of each packet kept: a server CCS follows its ServerHello (~130 bytes in)
 
 
+def handshake_rtt(packets: Iterable[tuple[int, int, float]]) -> float | None:
+    """The paper's RTT from a flow's first packets as (direction, payload length, time):
+    from the SYN (the first packet, client to server and empty) to the client's first
+    empty packet after the server's first, its handshake ACK. None if not so."""
+    syn: float | None = None
+    seen_server = False
+    for i, (direction, length, ts) in enumerate(packets):
+        if i == 0:
+            if direction != 1 or length != 0:
+                return None
+            syn = ts
+        elif direction == -1:
+            seen_server = True
+        elif seen_server and length == 0:
+            return rtt_estimate(syn, ts)
+    return None
+
+
 def from_flowlog(packets: Iterable[Any],
                  window: int = WINDOW_PACKETS) -> tuple[list[Pkt], float | None]:
     """The first ``window`` data packets of a flow log (``censor_sim.detectors.ml.flowlog``
-    packet views: direction, ts, length, data) and the paper's RTT estimate.
-
-    The RTT is from the SYN (the log's first packet, client to server, empty) to the
-    client's first empty packet after the server's first packet: its handshake ACK.
-    """
-    out: list[Pkt] = []
-    syn: float | None = None
-    ack: float | None = None
-    seen_server = False
-    for i, p in enumerate(packets):
-        if i == 0 and p.direction == 1 and p.length == 0:
-            syn = p.ts
-        if p.direction == -1:
-            seen_server = True
-        elif p.length == 0 and seen_server and ack is None:
-            ack = p.ts
-        if p.length > 0 and len(out) < window:
-            out.append(Pkt(p.direction, p.length, p.ts, bytes(p.data[:HEAD_BYTES])))
-    return out, rtt_estimate(syn, ack)
+    packet views: direction, ts, length, data) and the handshake RTT."""
+    views = list(packets)
+    data = [Pkt(p.direction, p.length, p.ts, bytes(p.data[:HEAD_BYTES]))
+            for p in views if p.length > 0][:window]
+    return data, handshake_rtt((p.direction, p.length, p.ts) for p in views)
 
 
 def strip_cover_handshake(packets: Sequence[Pkt]) -> list[Pkt]:

@@ -38,6 +38,7 @@ from censor_sim.detectors import tlsintls as ti
 from censor_sim.pcapflows import flows_from_pcap
 
 from ..stats import wilson
+from .dataset import APPS_BY_PORT, load_dataset
 
 TLS_APPS = {"https", "https-edge"}
 OTHER_APPS = {"http", "ssh", "dns", "binary"}
@@ -49,7 +50,7 @@ LOG_PACKETS = 160  # packets read per flow from a pcap: 25 data packets and thei
 
 
 @dataclass
-class Sequence_:
+class FlowSequence:
     """One flow as the detector sees it."""
 
     label: str  # "benign" or the transport
@@ -73,7 +74,7 @@ class Sequence_:
                          for p in self.pkts]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Sequence_:
+    def from_json(cls, d: dict[str, Any]) -> FlowSequence:
         return cls(d["label"], d["app"], d["setting"], d["rtt"],
                    [ti.Pkt(int(a), int(b), float(c), _head(str(f))) for a, b, c, f in d["pkts"]])
 
@@ -88,54 +89,42 @@ def _head(flags: str) -> bytes:
     return (b"\x16\x03" if "h" in flags else b"") + (ti.CCS_RECORD if "c" in flags else b"")
 
 
-def sequences_from_dataset(path: Path) -> list[Sequence_]:
+def sequences_from_dataset(path: Path) -> list[FlowSequence]:
     """Every flow of a dataset's pcaps, labelled by its cell (``ptlab dataset``)."""
-    import csv
-
-    path = Path(path)
-    opener = gzip.open if (path / "flows.csv.gz").exists() else open
-    csv_path = path / ("flows.csv.gz" if (path / "flows.csv.gz").exists() else "flows.csv")
-    with opener(csv_path, "rt", newline="") as fh:  # type: ignore[operator]
-        rows = list(csv.DictReader(fh))
+    ds = load_dataset(Path(path))
     by_pcap: dict[str, dict[str, Any]] = {}
-    for r in rows:
+    for r in ds.meta:
         by_pcap.setdefault(r["pcap"], {"label": r["label"], "setting": r["setting"],
                                        "clients": set()})["clients"].add(r["client"])
-    out: list[Sequence_] = []
+    out: list[FlowSequence] = []
     for pcap, info in sorted(by_pcap.items()):
-        for flow in flows_from_pcap(path / pcap, sorted(info["clients"]), LOG_PACKETS):
+        for flow in flows_from_pcap(ds.path / pcap, sorted(info["clients"]), LOG_PACKETS):
             pkts, rtt = ti.from_flowlog(flow.log.packets)
             if len(pkts) < ti.WINDOW_PACKETS:
                 continue  # the paper drops flows shorter than W_o (§6.2)
-            app = (info["label"] if info["label"] != "benign"
-                   else _app(flow.server_port))
-            out.append(Sequence_(info["label"], app, info["setting"], rtt, pkts))
+            app = (info["label"] if info["label"] != "benign" else
+                   APPS_BY_PORT.get(flow.server_port, f"tcp/{flow.server_port}"))
+            out.append(FlowSequence(info["label"], app, info["setting"], rtt, pkts))
     return out
 
 
-def _app(port: int) -> str:
-    if port == 443:
-        return "https"
-    return {80: "http", 22: "ssh", 53: "dns", 7000: "binary"}.get(port, f"tcp/{port}")
-
-
-def write_sequences(path: Path, seqs: list[Sequence_]) -> None:
+def write_sequences(path: Path, seqs: list[FlowSequence]) -> None:
     with gzip.open(path, "wt") as fh:
         for s in seqs:
             fh.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
 
 
-def read_sequences(path: Path) -> list[Sequence_]:
+def read_sequences(path: Path) -> list[FlowSequence]:
     with gzip.open(path, "rt") as fh:
-        return [Sequence_.from_json(json.loads(line)) for line in fh if line.strip()]
+        return [FlowSequence.from_json(json.loads(line)) for line in fh if line.strip()]
 
 
-def split(seqs: list[Sequence_], seed: int) -> tuple[list[Sequence_], list[Sequence_]]:
+def split(seqs: list[FlowSequence], seed: int) -> tuple[list[FlowSequence], list[FlowSequence]]:
     """Benign flows in two halves (train, test), each app split evenly; the proxy
     flows all go to the test side."""
     rng = random.Random(seed)
     train, test = [], []
-    groups: dict[str, list[Sequence_]] = defaultdict(list)
+    groups: dict[str, list[FlowSequence]] = defaultdict(list)
     for s in seqs:
         if s.label == "benign":
             groups[s.app].append(s)
@@ -155,7 +144,7 @@ def _probs(counts: Counter[str]) -> dict[str, float]:
     return {g: c / total for g, c in counts.items()}
 
 
-def fit(train: list[Sequence_], overhead: int = OVERHEAD, wb: int = 3, top: int = 100,
+def fit(train: list[FlowSequence], overhead: int = OVERHEAD, wb: int = 3, top: int = 100,
         fpr_target: float = 0.01, min_std: float = MIN_STD) -> ti.Model:
     """A model from plain flows only (see the module docstring)."""
     import numpy as np
@@ -218,12 +207,12 @@ def fit(train: list[Sequence_], overhead: int = OVERHEAD, wb: int = 3, top: int 
     return model
 
 
-def _ratio_dist(model: ti.Model, s: Sequence_) -> tuple[float, float | None]:
+def _ratio_dist(model: ti.Model, s: FlowSequence) -> tuple[float, float | None]:
     d = ti.decide(model, s.pkts, s.rtt)
     return d.ratio, d.distance
 
 
-def evaluate(model: ti.Model, test: list[Sequence_]) -> dict[str, Any]:
+def evaluate(model: ti.Model, test: list[FlowSequence]) -> dict[str, Any]:
     """False positives on the held-out benign flows (by app), detections per transport,
     each as k/n with a Wilson 95 % interval."""
     rows: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -117,3 +117,10 @@ packets = st.lists(st.builds(Pkt, st.sampled_from([1, -1]), st.integers(0, 70000
 def test_decide_answers_for_any_flow(pk, rtt):
     d = ti.decide(model(), pk, rtt)
     assert isinstance(d.flagged, bool) and d.packets <= 25
+
+
+def test_the_rtt_runs_from_the_syn_to_the_clients_handshake_ack():
+    assert ti.handshake_rtt([(1, 0, 5.0), (-1, 0, 5.01), (1, 0, 5.02), (1, 517, 5.03)]) \
+        == pytest.approx(0.02)
+    assert ti.handshake_rtt([(1, 517, 0.0), (-1, 0, 0.01), (1, 0, 0.02)]) is None  # no SYN
+    assert ti.handshake_rtt([(1, 0, 0.0), (1, 0, 0.01)]) is None  # the server never spoke

@@ -89,7 +89,7 @@ def test_the_engine_flags_a_recorded_trojan_flow_packet_by_packet(seqs):
     packet; a held-out benign HTTPS flow is let go."""
     from censor_sim import packet
 
-    def run(s: tt.Sequence_) -> list[bool]:
+    def run(s: tt.FlowSequence) -> list[bool]:
         eng = Engine(load_profile("tls-in-tls-2024"), clock=lambda: now[0],
                      rng=random.Random(1))
         c, srv, cp, sp = "198.18.0.2", "198.18.3.2", 40000, 9850
