@@ -39,16 +39,15 @@ class OfflineEffects(Effects):
 
     def __init__(self) -> None:
         super().__init__()
-        self.would: list[tuple[dict[str, Any], str]] = []
+        self.would: list[str] = []
 
     def probe(self, flow: dict[str, Any], first_payload: bytes, match: Match) -> None:
         super().probe(flow, first_payload, match)
-        self.would.append((flow, f"probe {flow['server']}:{flow['server_port']}"))
+        self.would.append(f"probe {flow['server']}:{flow['server_port']}")
 
     def block_server(self, server: str, port: int) -> None:
         super().block_server(server, port)
-        self.would.append(({"server": server, "server_port": port},
-                           f"block {server}:{port}"))
+        self.would.append(f"block {server}:{port}")
 
 
 @dataclass
@@ -74,11 +73,6 @@ class FlowVerdict:
                 "data_packet": self.data_packet, "after_s": self.after_s,
                 "detections": self.detections, "evidence": self.evidence,
                 "would": self.would}
-
-
-def _key(flow: dict[str, Any]) -> FlowKey:
-    return (str(flow["client"]), str(flow["server"]), int(flow["proto"]),
-            int(flow["client_port"]), int(flow["server_port"]))
 
 
 class _Sides:
@@ -141,33 +135,26 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
         fv.packets += 1
         now[0] = ts
         verdict = engine.handle(pkt, c2s)
-        for e in effects.events[seen_events:]:
-            target = flows.get(_key(e["flow"])) if isinstance(e.get("flow"), dict) else None
-            if target is None:
-                continue
-            if e["event"] == "detection":
-                target.detections += 1
-            elif e["event"] == "action" and target.verdict == "pass":
-                target.verdict = "+".join(e.get("actions") or ["?"])
-                target.detector = e.get("detector")
-                target.packet = target.packets
-                target.after_s = round(ts - starts[_key(e["flow"])], 6)
-                target.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
-                                 for i in e.get("injected", [])]
-        for e in effects.events[seen_events:]:
-            if e["event"] == "detection" and isinstance(e.get("flow"), dict):
-                target = flows.get(_key(e["flow"]))
-                if target is not None and target.detector == e.get("detector") \
-                        and target.data_packet is None and target.verdict != "pass":
-                    target.data_packet = e.get("data_packet")
-                    target.evidence = e.get("evidence", {})
+        # Everything the engine reports for a packet is about that packet's flow.
+        detection: dict[str, Any] | None = None
+        for ev in effects.events[seen_events:]:
+            if ev["event"] == "detection":
+                fv.detections += 1
+                detection = ev
+            elif ev["event"] == "action" and fv.verdict == "pass":
+                fv.verdict = "+".join(ev.get("actions") or ["?"])
+                fv.detector = ev.get("detector")
+                fv.packet, fv.after_s = fv.packets, round(ts - starts[key], 6)
+                if detection is not None:
+                    fv.data_packet = detection.get("data_packet")
+                    fv.evidence = detection.get("evidence", {})
+                fv.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
+                             for i in ev.get("injected", [])]
         seen_events = len(effects.events)
         if verdict.drop and fv.verdict == "pass":
             # No detection of its own: an earlier block (a residual on its 3-tuple).
             fv.verdict, fv.packet = "dropped-by-residual", fv.packets
             fv.after_s = round(ts - starts[key], 6)
-        for f, what in effects.would[seen_would:]:
-            target = flows.get(_key(f)) if "client" in f else None
-            (target.would if target else fv.would).append(what)
+        fv.would += effects.would[seen_would:]
         seen_would = len(effects.would)
     yield from flows.values()

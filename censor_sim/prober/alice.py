@@ -165,11 +165,7 @@ class Classification:
 
     label: str
     reactions: dict[str, str]  # probe name -> D (data), R, F, T (timeout), - (no connection)
-    threshold: int | None = None  # shortest random probe that drew a RST, all shorter T
-
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "reactions": dict(self.reactions),
-                "threshold": self.threshold}
+    threshold: int | None = None  # shortest random probe that drew a RST
 
 
 def reaction(r: ProbeResult) -> str:
@@ -180,10 +176,6 @@ def reaction(r: ProbeResult) -> str:
     if r.response_len > 0:
         return "D"
     return {"RST": "R", "FIN": "F", "TIMEOUT": "T"}.get(r.close, "-")
-
-
-def _length(r: ProbeResult) -> int:
-    return r.sent or 0
 
 
 def classify(inv: Investigation) -> Classification:
@@ -213,7 +205,7 @@ def classify(inv: Investigation) -> Classification:
         return Classification(NO_REPLAY_FILTER, reactions)
     if all(reaction(r) == "T" for r in connected):
         return Classification(TIMEOUT_EVERYWHERE, reactions)
-    randoms = sorted((_length(r), reaction(r)) for r in connected
+    randoms = sorted((r.sent, reaction(r)) for r in connected
                      if r.probe.startswith("NR"))
     threshold = next((n for n, x in randoms if x == "R"), None)
     upto, above = ([x for n, x in randoms if n <= AEAD_THRESHOLD_16],

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
 from .observe import ProbeResult, SockFactory, run_suite
 from .probes import Probe, tls_client_hello
@@ -80,10 +79,6 @@ class Verdict:
     label: str
     reason: str
     results: list[ProbeResult]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "reason": self.reason,
-                "results": [r.to_json() for r in self.results]}
 
 
 def decide(results: dict[str, ProbeResult], short_s: float = SHORT_S,

@@ -7,6 +7,7 @@ on loopback): the initiation, the response that echoes its sender index
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,8 @@ def test_an_unanswered_initiation_is_given_up_after_the_budget():
 def test_the_inspector_never_raises(packets):
     for r in inspect_all({"max_packets": 8}, [(True, b"x")] + packets):
         assert r is None or r == DONE or isinstance(r, Match)
+
+
+def test_an_unknown_confirm_mode_is_refused_with_its_key():
+    with pytest.raises(ValueError, match="detectors.wg.confirm"):
+        WireGuardInspector("wg", {"confirm": "both"})
