@@ -206,13 +206,13 @@ async def run(config: dict, poll: float) -> None:
         if insp.unresolved:
             raise ProfileError(f"detectors.{insp.name}.servers: unresolved {insp.unresolved[0]!r}"
                                " (lab roles are resolved by the runner; give addresses here)")
-    needs_queue = bool(engine.inspectors) or engine.geneva is not None
+    needs_queue = bool(engine.inspectors) or engine.packet_censor is not None
     queue = None
     if needs_queue:
         if not config.get("inside") or not config.get("outside"):
             raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
                                "'inside' and 'outside' interfaces")
-        every = engine.geneva is not None or dp.get("every_packet", False)
+        every = engine.packet_censor is not None or dp.get("every_packet", False)
         queue = datapath.QueueConfig(config["inside"], config["outside"],
                                      None if every else int(dp.get("inspect_packets", 12)))
     throttle = None

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import registry
 from .actions import InjectTcp, InjectUdp, Verdict
-from .detectors import geneva
 from .flows import Flow, FlowTable
-from .inspectors import DONE, INSPECTORS, Inspector, Match
+from .inspectors import DONE, Inspector, Match
 from .packet import ACK, TCP, UDP, Packet
 
 ResidualKey = tuple[str, str, int, int]  # client, server, proto, server port
@@ -76,21 +76,24 @@ class Engine:
     def __post_init__(self) -> None:
         p = self.profile
         self.inspectors: list[Inspector] = []
-        self.geneva = None
+        # A detector that sees every packet and decides itself (Geneva's censors,
+        # or a plugin's): see censor_sim.registry.
+        self.packet_censor: Any = None
         for name, params in p.detectors.items():
-            kind = params.get("kind", name)
-            if kind == "geneva":
-                gparams = {k: v for k, v in params.items()
-                           if k in ("keyword", "port", "censor_ip")}
-                if not gparams.get("port"):
-                    gparams["port"] = None
-                if isinstance(gparams.get("keyword"), str):
-                    gparams["keyword"] = gparams["keyword"].encode()
-                self.geneva = geneva.make(params["censor"], **gparams)
-            elif kind in INSPECTORS:
-                self.inspectors.append(INSPECTORS[kind](name, params))
-            elif kind != "ip_blocklist":  # enforced by the kernel alone
-                raise ValueError(f"detectors.{name}: unknown detector kind {kind!r}")
+            if params.get("kind", name) in registry.KERNEL_ONLY:
+                continue
+            det = registry.make(name, params)
+            if getattr(det, "whole_packets", False):
+                if self.packet_censor is not None:
+                    raise ValueError(f"detectors.{name}: a profile has at most one detector "
+                                     f"that sees every packet ({self.packet_censor.name} "
+                                     "is one)")
+                self.packet_censor = det
+            else:
+                self.inspectors.append(det)
+        if self.packet_censor is not None and self.inspectors:
+            raise ValueError(f"detectors.{self.packet_censor.name}: it decides every packet "
+                             "itself, so it cannot share a profile with flow inspectors")
         budget = p.datapath.get("inspect_packets", 12)
         for insp in self.inspectors:
             needed = getattr(insp, "packets_needed", 0) or getattr(
@@ -115,8 +118,8 @@ class Engine:
     def handle(self, pkt: Packet, from_client: bool) -> Verdict:
         """Decide one packet that came in on the client side (`from_client`) or not."""
         self.stats["packets"] += 1
-        if self.geneva is not None:
-            return self._geneva(pkt)
+        if self.packet_censor is not None:
+            return self._whole_packet(pkt)
         if pkt.fragment or pkt.proto not in (6, 17):
             return Verdict(flow="accept")
         flow, c2s = self.flows.lookup(pkt, from_client)
@@ -263,15 +266,15 @@ class Engine:
             return float(choices)
         return float(self.rng.choice(list(choices)))
 
-    # -- Geneva's every-packet censors ----------------------------------------------
+    # -- detectors that see every packet (Geneva's censors) ---------------------------
 
-    def _geneva(self, pkt: Packet) -> Verdict:
-        assert self.geneva is not None
-        before = len(self.geneva.detections)
-        v = self.geneva.process(pkt)
-        for d in self.geneva.detections[before:]:
+    def _whole_packet(self, pkt: Packet) -> Verdict:
+        censor = self.packet_censor
+        before = len(censor.detections)
+        v = censor.process(pkt)
+        for d in censor.detections[before:]:
             self.stats["detections"] += 1
-            self.effects.event("detection", detector="geneva", evidence=d)
+            self.effects.event("detection", detector=censor.name, evidence=d)
         if v.drop and not self.in_path:
             v.drop = False
         return v

@@ -113,7 +113,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
     now = [0.0]
     effects = OfflineEffects()
     engine = Engine(profile, clock=lambda: now[0], rng=random.Random(seed), effects=effects)
-    if engine.geneva is not None:
+    if engine.packet_censor is not None:
         raise ValueError(f"profile {profile.name}: a Geneva censor acts on every packet "
                          "of a live connection; it has no offline mode")
     sides = _Sides(clients)

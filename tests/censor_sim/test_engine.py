@@ -7,39 +7,10 @@ import random
 
 import pytest
 
-from censor_sim import packet
 from censor_sim.engine import Effects, Engine, unsupported
-from censor_sim.packet import ACK, PSH, SYN, Packet
+from censor_sim.packet import ACK, PSH
 from censor_sim.profile import load_profile
-
-CLIENT, SERVER = "198.18.0.2", "198.18.5.2"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def tcp(src, dst, sport, dport, flags, payload=b"", seq=1000, ack=5000) -> Packet:
-    return Packet(b"", 4, src, dst, packet.TCP, 64, 0, 20, sport, dport, seq, ack, flags, 5,
-                  8192, 0, payload)
-
-
-def udp(src, dst, sport, dport, payload) -> Packet:
-    return Packet(b"", 4, src, dst, packet.UDP, 64, 0, 20, sport, dport, payload=payload)
-
-
-def connect(engine: Engine, cport: int, sport: int, first: bytes, server: str = SERVER):
-    """A handshake and one client payload; the verdict of the payload packet."""
-    v = engine.handle(tcp(CLIENT, server, cport, sport, SYN), True)
-    if v.drop:
-        return v
-    engine.handle(tcp(server, CLIENT, sport, cport, SYN | ACK), False)
-    engine.handle(tcp(CLIENT, server, cport, sport, ACK), True)
-    return engine.handle(tcp(CLIENT, server, cport, sport, PSH | ACK, first), True)
+from tests.support.engine import CLIENT, SERVER, Clock, connect, tcp, udp
 
 
 def fet_engine(p: float = 0.263, seconds=(120, 180), seed: int = 1):
@@ -196,8 +167,9 @@ def test_every_geneva_profile_loads_its_censor():
         profile = load_profile(f"geneva-{name}")
         assert unsupported(profile) is None
         eng = Engine(profile, clock=Clock(), rng=random.Random(0))
-        assert eng.geneva is not None and eng.geneva.name == name
-        assert eng.geneva.keyword == b"ultrasurf" and eng.geneva.port is None
+        censor = eng.packet_censor.censor
+        assert censor.name == name and not eng.inspectors
+        assert censor.keyword == b"ultrasurf" and censor.port is None
         assert profile.datapath["every_packet"] is True
 
 
