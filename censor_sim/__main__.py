@@ -212,7 +212,7 @@ async def run(config: dict, poll: float) -> None:
         if not config.get("inside") or not config.get("outside"):
             raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
                                "'inside' and 'outside' interfaces")
-        every = engine.packet_censor is not None or dp.get("every_packet", False)
+        every = bool(dp.get("every_packet", False))
         queue = datapath.QueueConfig(config["inside"], config["outside"],
                                      None if every else int(dp.get("inspect_packets", 12)))
     throttle = None

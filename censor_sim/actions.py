@@ -33,6 +33,7 @@ class InjectTcp:
     ip_id: int | None = None
     count: int = 1
     payload: bytes = b""
+    df: bool = False  # IPv4 "don't fragment" (injectors differ: docs/censors/blocking.md §5)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import registry
+from . import registry, rstprints
 from .actions import InjectTcp, InjectUdp, Verdict
 from .flows import Flow, FlowTable
 from .inspectors import DONE, Inspector, Match
@@ -111,6 +111,7 @@ class Engine:
         self.flows = FlowTable(self.clock, idle_s=float(dp.get("flow_idle_s", 120)),
                                max_flows=int(dp.get("max_flows", 65536)))
         self.residual: dict[ResidualKey, Residual] = {}
+        self.midstream = bool(dp.get("midstream", False))
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
 
     # -- per packet -------------------------------------------------------------------
@@ -119,15 +120,16 @@ class Engine:
         """Decide one packet that came in on the client side (`from_client`) or not."""
         self.stats["packets"] += 1
         if self.packet_censor is not None:
-            return self._whole_packet(pkt)
+            return self._whole_packet(pkt, from_client)
         if pkt.fragment or pkt.proto not in (6, 17):
             return Verdict(flow="accept")
         flow, c2s = self.flows.lookup(pkt, from_client)
         if flow.packets == 0:
             self.stats["flows"] += 1
-            if pkt.proto == TCP and not (c2s and pkt.pure_syn):
+            if pkt.proto == TCP and not (c2s and pkt.pure_syn) and not self.midstream:
                 # Seen mid-stream (it began before the censor did, or its state
                 # expired): nothing trustworthy to judge its first payload by.
+                # A censor that needs no handshake (Henan's) sets datapath.midstream.
                 flow.decided = "accept"
         self.flows.record(flow, pkt, c2s)
         if c2s and (v := self._residual_check(flow, pkt)) is not None:
@@ -231,7 +233,7 @@ class Engine:
             v.passthrough = not v.drop
             v.flow = v.flow or "accept"
         elif act == "rst":
-            v.inject += rst_for(pkt, c2s, flow, cfg, dropped=v.drop)
+            v.inject += rst_for(pkt, c2s, flow, cfg, dropped=v.drop, rng=self.rng)
             if cfg.get("drop_trigger", False):
                 v.drop = self.in_path
         elif act == "throttle":
@@ -268,10 +270,10 @@ class Engine:
 
     # -- detectors that see every packet (Geneva's censors) ---------------------------
 
-    def _whole_packet(self, pkt: Packet) -> Verdict:
+    def _whole_packet(self, pkt: Packet, from_client: bool) -> Verdict:
         censor = self.packet_censor
         before = len(censor.detections)
-        v = censor.process(pkt)
+        v = censor.process(pkt, from_client)
         for d in censor.detections[before:]:
             self.stats["detections"] += 1
             self.effects.event("detection", detector=censor.name, evidence=d)
@@ -281,33 +283,32 @@ class Engine:
 
 
 def rst_for(pkt: Packet, c2s: bool, flow: Flow, cfg: dict[str, Any],
-            dropped: bool) -> list[InjectTcp]:
-    """Forged RSTs for the flow of `pkt`, landing in each receiver's window."""
-    if pkt.proto != TCP:
+            dropped: bool, rng: random.Random | None = None) -> list[InjectTcp]:
+    """Forged RSTs for the flow of `pkt`, landing in each receiver's window, shaped
+    as ``cfg`` says (a measured injector's fingerprint: censor_sim.rstprints)."""
+    if pkt.proto != TCP or not pkt.flags & ACK:
         return []
-    to = cfg.get("to", "both")
-    count = int(cfg.get("count", 3))
-    flags = cfg.get("flags", "R")
-    fields = {k: cfg[k] for k in ("window", "ttl") if k in cfg}
-    out: list[InjectTcp] = []
     end = pkt.seq + (0 if dropped else len(pkt.payload))
     # The sender of pkt expects pkt.ack next from its peer; the peer expects `end`.
+    window = int(cfg.get("window", 8192)) if not isinstance(cfg.get("window"), list) else 8192
     if c2s:
         to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
-                              seq=pkt.ack, ack=end, flags=flags, count=count, **fields)
+                              seq=pkt.ack, ack=end, window=window)
         to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
-                              seq=end, ack=pkt.ack, flags=flags, count=count, **fields)
+                              seq=end, ack=pkt.ack, window=window)
     else:
         to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
-                              seq=end, ack=pkt.ack, flags=flags, count=count, **fields)
+                              seq=end, ack=pkt.ack, window=window)
         to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
-                              seq=pkt.ack, ack=end, flags=flags, count=count, **fields)
-    if not pkt.flags & ACK:
-        return []
-    if to in ("client", "both"):
-        out.append(to_client)
-    if to in ("server", "both"):
-        out.append(to_server)
+                              seq=pkt.ack, ack=end, window=window)
+    rng = rng or random.Random(0)
+    out: list[InjectTcp] = []
+    for shape in rstprints.presets(cfg):
+        to = shape.get("to", "both")
+        if to in ("client", "both"):
+            out += rstprints.forge(shape, to_client, rng)
+        if to in ("server", "both"):
+            out += rstprints.forge(shape, to_server, rng)
     return out
 
 

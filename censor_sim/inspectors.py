@@ -114,7 +114,17 @@ class FetInspector(FirstPayloadInspector):
 
 
 class StreamInspector(Inspector):
-    """Parses the client→server stream (reassembled across the first segments)."""
+    """Parses the client→server stream (reassembled across the first segments).
+
+    ``optionless_only`` models a censor that reads only segments whose TCP
+    header is the bare 20 bytes, each on its own, with no reassembly (the
+    Henan firewall: Wu et al., S&P 2025, §4.3); segments with options pass
+    unread.
+    """
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.optionless_only = bool(params.get("optionless_only", False))
 
     def parse(self, stream: bytes, flow: Flow) -> Match | str | None:
         raise NotImplementedError
@@ -122,6 +132,13 @@ class StreamInspector(Inspector):
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:
             return None if flow.packets < self.max_packets else DONE
+        if self.optionless_only:
+            if pkt.dataofs != 5:
+                return None if flow.packets < self.max_packets else DONE
+            try:
+                return self.parse(bytes(pkt.payload), flow) or DONE
+            except NeedMore:
+                return None if flow.packets < self.max_packets else DONE
         try:
             return self.parse(bytes(flow.c2s), flow) or DONE
         except NeedMore:

@@ -113,9 +113,9 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
     now = [0.0]
     effects = OfflineEffects()
     engine = Engine(profile, clock=lambda: now[0], rng=random.Random(seed), effects=effects)
-    if engine.packet_censor is not None:
-        raise ValueError(f"profile {profile.name}: a Geneva censor acts on every packet "
-                         "of a live connection; it has no offline mode")
+    pc = engine.packet_censor
+    if pc is not None and (why := getattr(pc, "no_offline", None)):
+        raise ValueError(f"profile {profile.name}: {why}; it has no offline mode")
     sides = _Sides(clients)
     flows: dict[FlowKey, FlowVerdict] = {}
     starts: dict[FlowKey, float] = {}
@@ -151,7 +151,14 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                 fv.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
                              for i in ev.get("injected", [])]
         seen_events = len(effects.events)
-        if verdict.drop and fv.verdict == "pass":
+        if pc is not None and (verdict.drop or verdict.inject):
+            # A packet censor decides alone: no policy, so no "action" event.
+            if fv.verdict == "pass":
+                fv.verdict, fv.detector = ("drop" if verdict.drop else "rst"), pc.name
+                fv.packet, fv.after_s = fv.packets, round(ts - starts[key], 6)
+                fv.evidence = detection.get("evidence", {}) if detection else {}
+            fv.would += [f"inject {i.flags} x{i.count}" for i in verdict.inject]
+        elif verdict.drop and fv.verdict == "pass":
             # No detection of its own: an earlier block (a residual on its 3-tuple).
             fv.verdict, fv.packet = "dropped-by-residual", fv.packets
             fv.after_s = round(ts - starts[key], 6)

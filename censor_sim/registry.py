@@ -15,7 +15,7 @@ shapes the engine knows:
 * an :class:`~censor_sim.inspectors.Inspector` subclass, asked about the first
   packets of each flow (most detectors, built-in or not);
 * a *packet censor*: a class with ``whole_packets = True``, a
-  ``process(pkt) -> Verdict`` method and a ``detections`` list that only grows.
+  ``process(pkt, from_client) -> Verdict`` method and a ``detections`` list that only grows.
   It sees every packet of every flow and decides itself, as Geneva's lab
   censors do; a profile may have one, and nothing else that inspects.
 
@@ -29,8 +29,11 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
+from .actions import Verdict
 from .detectors import geneva
+from .detectors.gfw443 import Gfw443Rst
 from .inspectors import INSPECTORS
+from .packet import Packet
 
 GROUP = "ptlab.detectors"
 KERNEL_ONLY = frozenset({"ip_blocklist"})  # enforced by nftables, no per-packet code
@@ -41,6 +44,9 @@ class GenevaDetector:
 
     kind = "geneva"
     whole_packets = True
+    # Its censors keep TCB state that the live drops shape; a capture's later
+    # packets were never dropped, so a replay would judge a different connection.
+    no_offline = "a Geneva censor acts on every packet of a live connection"
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
@@ -53,11 +59,14 @@ class GenevaDetector:
         except KeyError:
             raise ValueError(f"detectors.{name}.censor: which Geneva censor "
                              "(censor1 … censor11, censor8b)") from None
-        self.process = self.censor.process
         self.detections = self.censor.detections
 
+    def process(self, pkt: Packet, from_client: bool) -> Verdict:
+        return self.censor.process(pkt)  # Geneva's censors tell sides apart by port
 
-BUILTIN: dict[str, type] = {**INSPECTORS, GenevaDetector.kind: GenevaDetector}
+
+BUILTIN: dict[str, type] = {**INSPECTORS, GenevaDetector.kind: GenevaDetector,
+                            Gfw443Rst.kind: Gfw443Rst}
 
 
 @cache

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tlsrecords import client_hello
+
 pytestmark = pytest.mark.lab
 
 NOISE = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
@@ -99,18 +101,6 @@ def test_iran_filter_blocks_random_443_for_the_configured_time_and_resets(
     assert len(censor.events("residual_refresh")) >= 2
 
 
-def _client_hello(sni: str) -> bytes:
-    import ssl
-
-    out = ssl.MemoryBIO()
-    obj = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), out, server_hostname=sni)
-    try:
-        obj.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return out.read()
-
-
 def _fetch_after_hello(lab, server: str, port: int, sni: str, size: int,
                        skip: int = 0) -> float:
     """Send a real ClientHello naming `sni`; the server answers with `size` bytes.
@@ -121,7 +111,7 @@ def _fetch_after_hello(lab, server: str, port: int, sni: str, size: int,
     s.settimeout(20)
     try:
         s.connect((server, port))
-        s.sendall(_client_hello(sni))
+        s.sendall(client_hello(sni))
         got, first = 0, None
         while got < size:
             chunk = s.recv(65536)
