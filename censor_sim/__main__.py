@@ -222,6 +222,7 @@ async def run(config: dict, poll: float) -> None:
         throttle = datapath.Throttle(rate, int(t.get("burst_bytes", max(rate // 4, 3000))))
     loop = asyncio.get_running_loop()
     runner = QueueRunner(engine, on_path)
+    sysctls: dict[str, str] = {}
     try:
         if queue is not None:
             runner.bind()  # bind before the rules exist, so no packet meets an empty queue
@@ -229,6 +230,8 @@ async def run(config: dict, poll: float) -> None:
         blocks_servers = any("block_server" in r.actions for r in engine.rules.values()) or \
             bool(profile.prober.get("block_labels") or profile.prober.get("block_on_replay"))
         datapath.install(blocklist, queue, throttle, servers=blocks_servers)
+        if dp.get("udp_conntrack_timeout_s"):
+            sysctls = datapath.set_udp_timeout(int(dp["udp_conntrack_timeout_s"]))
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -256,6 +259,7 @@ async def run(config: dict, poll: float) -> None:
              injected=runner.injector.sent, engine=engine.stats, errors=runner.errors)
     finally:
         datapath.remove()
+        datapath.restore_sysctls(sysctls)
         if queue is not None:
             runner.close(loop)
         for t in list(effects.tasks):

@@ -132,7 +132,7 @@ class Engine:
                 # A censor that needs no handshake (Henan's) sets datapath.midstream.
                 flow.decided = "accept"
         self.flows.record(flow, pkt, c2s)
-        if c2s and (v := self._residual_check(flow, pkt)) is not None:
+        if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:
             return v
         if flow.decided is not None:
             return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided)
@@ -166,8 +166,11 @@ class Engine:
         self.flows.release(flow)
         return Verdict(flow="accept")
 
-    def _residual_check(self, flow: Flow, pkt: Packet) -> Verdict | None:
-        key = (flow.client, flow.server, flow.proto, flow.server_port)
+    def _residual_check(self, flow: Flow, pkt: Packet, c2s: bool) -> Verdict | None:
+        # A block is on its sender's triple: the client's, or (for a block drawn
+        # by a packet from outside, Match.reverse) the server side's.
+        key = ((flow.client, flow.server, flow.proto, flow.server_port) if c2s
+               else (flow.server, flow.client, flow.proto, flow.client_port))
         entry = self.residual.get(key)
         if entry is None:
             return None
@@ -224,7 +227,8 @@ class Engine:
             v.drop = self.in_path
             v.flow = "drop"
         elif act == "residual":
-            key = (flow.client, flow.server, flow.proto, flow.server_port)
+            key = ((flow.server, flow.client, flow.proto, flow.client_port) if m.reverse
+                   else (flow.client, flow.server, flow.proto, flow.server_port))
             seconds = self._residual_seconds()
             self.residual[key] = Residual(self.clock() + seconds)
             self.effects.residual(key, seconds)

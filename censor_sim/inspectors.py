@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from .detectors import (
@@ -45,6 +46,9 @@ class Match:
     evidence: dict[str, Any] = field(default_factory=dict)
     # Extra data an action needs (e.g. the DNS query to answer).
     data: Any = None
+    # The packet that matched came from the server side: a residual block is on
+    # its sender's triple (server, client, client port), not the client's.
+    reverse: bool = False
 
 
 class Inspector:
@@ -189,23 +193,45 @@ class TlsInspector(StreamInspector):
 
 
 class QuicSniInspector(Inspector):
-    """The GFW's 2024 QUIC-SNI blocker: first datagram only, src port ≥ dst port."""
+    """The GFW's QUIC-SNI blocker (Zohaib et al., USENIX Security 2025; docs/censors/quic.md).
+
+    It judges a UDP flow's first datagram only, when its source port is above
+    its destination port. ``as_of`` dates the model: nothing before blocking
+    began (2024-04-07); datagrams from outside the censored network trigger it
+    too until 2025-03-13, after which only outbound traffic does. The 60 s
+    "seen before" window is the flow table's (``datapath.flow_idle_s``).
+    """
 
     kind = "quic_sni"
     sees_empty = True
     protocols = (UDP,)
+    BEGAN = date(2024, 4, 7)
+    OUTBOUND_ONLY_FROM = date(2025, 3, 13)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        try:
+            self.as_of = date.fromisoformat(str(params.get("as_of", "2025-06-01")))
+        except ValueError:
+            raise ValueError(f"detectors.{name}.as_of: a date as YYYY-MM-DD, "
+                             f"not {params.get('as_of')!r}") from None
+        self.active = self.as_of >= self.BEGAN
+        self.inbound = self.as_of < self.OUTBOUND_ONLY_FROM
 
     def inspect(self, flow, pkt, c2s):
         from .detectors import quic
 
-        if flow.packets > 1 or not c2s:  # only the first packet of a flow
-            return DONE
+        if flow.packets > 1 or not self.active or not (c2s or self.inbound):
+            return DONE  # only a flow's first datagram, and only in the directions it watched
         hit = quic.gfw2024_should_block(pkt.payload, pkt.sport, pkt.dport,
                                         self.params.get("sni", []),
                                         self.params.get("sni_mode", "suffix"))
         if hit is None:
             return DONE
-        return Match(self.name, {"matched": hit, "sport": pkt.sport, "dport": pkt.dport})
+        # From outside, the blocked triple is the outside sender's (reverse).
+        return Match(self.name, {"matched": hit, "sport": pkt.sport, "dport": pkt.dport,
+                                 "direction": "outbound" if c2s else "inbound"},
+                     reverse=not c2s)
 
 
 class DtlsInspector(Inspector):

@@ -5,8 +5,10 @@ derive from its own Destination Connection ID and a published salt (RFC 9001
 §5.2), so any on-path censor can decrypt it and read the ClientHello. The GFW
 began doing so in 2024 (Zohaib et al., USENIX Security 2025; docs/censors/quic.md §1):
 
-* only the first UDP datagram of a flow is inspected;
-* it blocks only when the source port is ≥ the destination port;
+* only the first UDP datagram of a flow is inspected (a flow unseen for 60 s
+  is new again);
+* it blocks only when the source port is above the destination port (§3.3
+  and Fig. 11: equal ports were never blocked);
 * QUIC v1 only (v2 Initials pass);
 * its parser wants the ClientHello in the CRYPTO frame(s) that come first,
   ignores a CRYPTO frame's length field (so "length 0 but with a payload" is
@@ -248,6 +250,6 @@ def gfw2024_should_block(datagram: bytes, sport: int, dport: int, blocklist: Seq
                          mode: str = "suffix") -> str | None:
     """The matched blocklist entry if the GFW would block this *first* datagram of a
     flow (the caller ensures first-ness), else None."""
-    if sport < dport:
+    if sport <= dport:
         return None
     return tls.sni_matches(gfw2024_sni(datagram), blocklist, mode)

@@ -33,11 +33,15 @@ def test_table3_vectors_are_blocked_exactly_as_the_gfw_did(variant, blocked):
     assert (quic.gfw2024_should_block(d, 65000, 443, BLOCK) == "blocked.lab") is blocked
 
 
-def test_the_source_port_rule():
+def test_the_source_port_rule_is_strictly_above():
+    # §3.3 and Fig. 11: blocked only when the source port is above the destination
+    # port; the artifact's equal-port trials were blocked 0 times in 1,965.
     d = qv.build_initial("blocked.lab")
     assert quic.gfw2024_should_block(d, 4000, 5000, BLOCK) is None
+    assert quic.gfw2024_should_block(d, 442, 443, BLOCK) is None
+    assert quic.gfw2024_should_block(d, 443, 443, BLOCK) is None
+    assert quic.gfw2024_should_block(d, 444, 443, BLOCK) == "blocked.lab"
     assert quic.gfw2024_should_block(d, 65000, 443, BLOCK) == "blocked.lab"
-    assert quic.gfw2024_should_block(d, 443, 443, BLOCK) == "blocked.lab"
 
 
 def test_strict_parser_differs_where_the_gfw_is_quirky():
