@@ -180,7 +180,8 @@ class TlsInspector(StreamInspector):
         patterns = self.params.get("sni", [])
         if patterns:
             hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
-            if hit is not None:
+            required = self.params.get("require_extensions", [])
+            if hit is not None and tls.has_extensions(hello, required):
                 return Match(self.name, {**ev, "matched": hit, "by": "sni"})
         ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
         if ja3s or ja4s:
@@ -232,6 +233,59 @@ class QuicSniInspector(Inspector):
         return Match(self.name, {"matched": hit, "sport": pkt.sport, "dport": pkt.dport,
                                  "direction": "outbound" if c2s else "inbound"},
                      reverse=not c2s)
+
+
+class QuicInitialInspector(Inspector):
+    """A QUIC Initial as Russia's TSPU judges one (docs/censors/russia.md §3, §5.3).
+
+    The first client datagram of a UDP flow, read RFC-faithfully. With no
+    ``sni`` list it matches on shape alone, as the 2022 rule did: a long
+    header with version 1 in a datagram of at least ``min_payload`` bytes,
+    from a source port not in ``exclude_sports``. With ``sni`` it decrypts the
+    Initial and matches its ClientHello's SNI, and, with ``require_extensions``,
+    only a hello carrying every one of those extension types (the 2024 ECH
+    rule: ``cloudflare-ech.com`` together with encrypted_client_hello).
+    """
+
+    kind = "quic_initial"
+    sees_empty = True
+    protocols = (UDP,)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.min_payload = int(params.get("min_payload", 0))
+        self.exclude_sports = set(params.get("exclude_sports", []))
+        self.required = [int(e) for e in params.get("require_extensions", [])]
+        # A packet filter (the 2022 rule) judges every client datagram, not the first.
+        self.every_datagram = bool(params.get("every_datagram", False))
+
+    def inspect(self, flow, pkt, c2s):
+        from .detectors import quic
+
+        more = DONE
+        if self.every_datagram:
+            more = None if flow.packets < self.max_packets else DONE
+        elif flow.packets > 1:
+            return DONE
+        if not c2s:
+            return more
+        d = pkt.payload
+        if (len(d) < self.min_payload or pkt.sport in self.exclude_sports or len(d) < 5
+                or not d[0] & 0x80 or int.from_bytes(d[1:5], "big") != quic.V1):
+            return more
+        ev: dict[str, Any] = {"size": len(d), "sport": pkt.sport, "dport": pkt.dport}
+        patterns = self.params.get("sni", [])
+        if not patterns:
+            return Match(self.name, {**ev, "by": "shape"})
+        ini = quic.parse_initial(d)
+        hello = ini.client_hello if ini else None
+        if hello is None:
+            return more
+        hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
+        if hit is None or not tls.has_extensions(hello, self.required):
+            return more
+        return Match(self.name, {**ev, "by": "sni", "sni": hello.sni, "matched": hit,
+                                 "extensions": [f"{e:#06x}" for e in self.required]})
 
 
 class DtlsInspector(Inspector):
@@ -565,8 +619,8 @@ def _ssh_banner(data: bytes) -> str | None:
 
 INSPECTORS: dict[str, type[Inspector]] = {
     cls.kind: cls for cls in (FetInspector, HttpKeywordInspector, TlsInspector,
-                              QuicSniInspector, DtlsInspector, DnsInspector, OpenVpnInspector,
-                              WireGuardInspector, DnsTunnelInspector,
-                              TlsInTlsInspector,
-                              IranProtocolInspector, UnclassifiedInspector, MlInspector)
+                              QuicSniInspector, QuicInitialInspector, DtlsInspector,
+                              DnsInspector, OpenVpnInspector, WireGuardInspector,
+                              DnsTunnelInspector, TlsInTlsInspector, IranProtocolInspector,
+                              UnclassifiedInspector, MlInspector)
 }

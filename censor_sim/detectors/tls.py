@@ -15,6 +15,7 @@ what it parses. The stream parser raises :class:`~censor_sim.detectors.NeedMore`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def sni_matches(sni: str | None, patterns: Sequence[str], mode: str = "suffix") -> str | None:
@@ -42,3 +43,10 @@ def sni_matches(sni: str | None, patterns: Sequence[str], mode: str = "suffix") 
         if hit:
             return pat
     return None
+
+
+def has_extensions(hello: Any, types: Sequence[int]) -> bool:
+    """Whether the ClientHello carries every extension type in `types` (the TSPU's
+    ECH rule wants encrypted_client_hello, 0xfe0d, beside the SNI)."""
+    present = {t for t, _ in hello.extensions}
+    return all(int(t) in present for t in types)

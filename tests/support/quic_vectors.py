@@ -137,3 +137,9 @@ def build_initial(sni: str, variant: str = "normal", seed: int = 0) -> bytes:
         kw["scid_len"] = 255
     out = protect(frames, **kw)
     return out[:-1] if variant == "truncated" else out
+
+
+def long_header(size: int, version: int = V1) -> bytes:
+    """A `size`-byte datagram that only looks like a QUIC long header: what a
+    size-and-version rule (Russia's 2022 TSPU) reads, and no more."""
+    return (bytes([0xC3]) + struct.pack("!I", version) + bytes(size))[:size]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import ssl
+import struct
+
+from tests.support import quic_vectors
 
 
 def client_hello(sni: str) -> bytes:
@@ -14,3 +18,10 @@ def client_hello(sni: str) -> bytes:
     except ssl.SSLWantReadError:
         pass
     return out.read()
+
+
+def crafted_client_hello(sni: str, ech: bool = False, seed: int = 1) -> bytes:
+    """A TLS 1.3 ClientHello record built byte by byte, optionally with an
+    encrypted_client_hello extension (which Python's ssl cannot send)."""
+    msg = quic_vectors.client_hello(sni, ["h2"], random.Random(seed), ech=ech)
+    return b"\x16\x03\x01" + struct.pack("!H", len(msg)) + msg

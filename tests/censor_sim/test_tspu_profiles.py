@@ -1,0 +1,65 @@
+"""Russia's TSPU rules of 2022–2024 through the engine: QUIC by size, ECH by SNI and
+extension (docs/censors/russia.md §5.3)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from censor_sim.engine import Engine
+from censor_sim.profile import load_profile
+from tests.support import quic_vectors as qv
+from tests.support.engine import CLIENT, SERVER, Clock, connect, udp
+from tests.support.tlsrecords import crafted_client_hello
+
+
+def engine(name: str) -> Engine:
+    return Engine(load_profile(name), clock=Clock(), rng=random.Random(0))
+
+
+@pytest.mark.parametrize(("size", "blocked"), [(1000, False), (1001, True), (1200, True)])
+def test_tspu_quic_2022_filters_from_1001_bytes(size, blocked):
+    eng = engine("tspu-quic-2022")
+    assert eng.handle(udp(CLIENT, SERVER, 50000, 443, qv.long_header(size)), True).drop is blocked
+
+
+@pytest.mark.parametrize(("sport", "dport", "version", "blocked"), [
+    (50000, 443, 1, True),
+    (443, 443, 1, False),       # "not when the source port is 443"
+    (50000, 8443, 1, False),    # port 443 only
+    (50000, 443, 0x6B3343CF, False),  # QUIC v2: not 00 00 00 01 at offset 1
+])
+def test_tspu_quic_2022_ports_and_version(sport, dport, version, blocked):
+    eng = engine("tspu-quic-2022")
+    got = eng.handle(udp(CLIENT, SERVER, sport, dport, qv.long_header(1200, version)), True)
+    assert got.drop is blocked
+
+
+def test_tspu_quic_2022_is_not_sni_based_and_filters_every_datagram():
+    eng = engine("tspu-quic-2022")
+    # A domestic-looking name is blocked all the same.
+    assert eng.handle(udp(CLIENT, SERVER, 50001, 443, qv.build_initial("vk.lab")), True).drop
+    # Something small first does not help: it is a packet filter.
+    assert not eng.handle(udp(CLIENT, SERVER, 50002, 443, b"\x40" + bytes(50)), True).drop
+    assert eng.handle(udp(CLIENT, SERVER, 50002, 443, qv.long_header(1200)), True).drop
+
+
+@pytest.mark.parametrize(("sni", "ech", "blocked"), [
+    ("cloudflare-ech.com", True, True),
+    ("cloudflare-ech.com", False, False),  # the name alone
+    ("defo.ie", True, False),              # ECH with another public name
+    ("www.cloudflare-ech.com", True, False),  # exact name only
+])
+def test_tspu_ech_2024_over_tls(sni, ech, blocked):
+    eng = engine("tspu-ech-2024")
+    assert connect(eng, 40000, 443, crafted_client_hello(sni, ech)).drop is blocked
+    assert not connect(eng, 40001, 443, b"GET / HTTP/1.1\r\n\r\n").drop
+
+
+def test_tspu_ech_2024_over_quic():
+    eng = engine("tspu-ech-2024")
+    ech = qv.build_initial("blocked.lab", "ech-outer")  # outer SNI cloudflare-ech.com + ECH
+    assert eng.handle(udp(CLIENT, SERVER, 50000, 443, ech), True).drop
+    plain = qv.build_initial("cloudflare-ech.com")
+    assert not eng.handle(udp(CLIENT, SERVER, 50001, 443, plain), True).drop
