@@ -229,9 +229,14 @@ async def run(config: dict, poll: float) -> None:
             runner.attach(loop)
         blocks_servers = any("block_server" in r.actions for r in engine.rules.values()) or \
             bool(profile.prober.get("block_labels") or profile.prober.get("block_on_replay"))
-        datapath.install(blocklist, queue, throttle, servers=blocks_servers)
+        freeze = profile.actions.get("freeze", {}) if any(
+            "freeze" in r.actions for r in engine.rules.values()) else None
+        if freeze is not None:  # byte counts per connection need conntrack accounting
+            sysctls.update(datapath.set_sysctls({datapath.ACCOUNTING: 1}))
         if dp.get("udp_conntrack_timeout_s"):
-            sysctls = datapath.set_udp_timeout(int(dp["udp_conntrack_timeout_s"]))
+            sysctls.update(datapath.set_udp_timeout(int(dp["udp_conntrack_timeout_s"])))
+        datapath.install(blocklist, queue, throttle, servers=blocks_servers,
+                         freeze_bytes=int(freeze.get("bytes", 16384)) if freeze else None)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

@@ -65,7 +65,8 @@ class Verdict:
 
     ``drop`` is honoured only in-path; ``flow`` tells the datapath what to do
     with the rest of the flow: None (keep inspecting), "accept" (offload to the
-    kernel), "drop" (drop in the kernel), or "throttle" (police in the kernel).
+    kernel), "drop" (drop in the kernel), "throttle" (police in the kernel), or
+    "freeze" (the kernel drops the server's packets past a byte count).
     """
 
     drop: bool = False

@@ -7,7 +7,9 @@ The kernel forwards. Two pieces of state live in the censor's network namespace:
   timeout per element, keyed on client, server, protocol, server port, and
   matched only client→server, as the GFW's FET residual is); servers blocked
   at run time (the prober's verdicts); and enforcement of flow decisions kept
-  in the conntrack mark: drop, or police to a rate (the TSPU throttle).
+  in the conntrack mark: drop, police to a rate (the TSPU throttle), or freeze
+  (drop the server's packets once it has sent a number of bytes, by conntrack's
+  byte accounting: the TSPU's "16 KB" stall).
 * iptables-nft chain ``ptlcensor`` in the mangle table (this kernel has no nft
   ``queue`` statement, so the xtables NFQUEUE target is used): the first
   packets of each *undecided* flow (conntrack mark 0, at most ``inspect_packets``
@@ -32,19 +34,22 @@ CHAIN = "ptlcensor"
 QUEUE_C2S, QUEUE_S2C = 10, 11
 MARK_MASK = 0x70
 MARK_ACCEPT, MARK_DROP, MARK_THROTTLE = 0x10, 0x20, 0x40
+MARK_FREEZE = 0x30  # a value within MARK_MASK, as the others are
 # Packet-only bit (never saved to conntrack): let this one packet past the
 # residual set that its own verdict just filled (Iran's "after the first").
 MARK_PASS = 0x80
 FLOW_MASK = 0x70
 # Conntrack-only bit: this connection already passed the static blocklist.
 MARK_CHECKED = 0x100
-FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE}
+FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE,
+              "freeze": MARK_FREEZE}
 BLOCK_COUNTERS = {
     "blocklist_drop": ("ip_blocklist", "drop"),
     "residual_drop": ("residual", "drop"),
     "flow_drop": ("flow", "drop"),
     "server_drop": ("prober", "block_server"),
     "throttle_drop": ("throttle", "police"),
+    "freeze_drop": ("freeze", "drop"),
 }
 
 
@@ -95,7 +100,7 @@ class Throttle:
 
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
-            stateful_blocklist: bool | None = None) -> str:
+            stateful_blocklist: bool | None = None, freeze_bytes: int | None = None) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -158,6 +163,11 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             f"@police6 {{ ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport {lim} }} "
             "counter name throttle_drop drop",
         ]
+    if freeze_bytes is not None and dynamic:
+        # Conntrack counts the packet in hand before this hook: the server has
+        # delivered at most freeze_bytes (IP bytes) when its packets start to vanish.
+        post.append(f"ct mark & {MARK_MASK:#x} == {MARK_FREEZE:#x} ct direction reply "
+                    f"ct reply bytes > {int(freeze_bytes)} counter name freeze_drop drop")
     counters = "\n  ".join(f"counter {n} {{}}" for n in ("forwarded", "new_flows", *BLOCK_COUNTERS))
     res = "flags timeout;"
     pre_rules = "\n    ".join(pre)
@@ -219,9 +229,10 @@ def _nft(args: list[str], input: str | None = None) -> str:
 
 
 def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
-            throttle: Throttle | None = None, servers: bool = False) -> None:
+            throttle: Throttle | None = None, servers: bool = False,
+            freeze_bytes: int | None = None) -> None:
     _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
-                                    servers=servers))
+                                    servers=servers, freeze_bytes=freeze_bytes))
     if queue is not None:
         remove_queue()
         for tool in ("iptables", "ip6tables"):
@@ -256,6 +267,21 @@ def remove() -> None:
 
 UDP_TIMEOUTS = ("/proc/sys/net/netfilter/nf_conntrack_udp_timeout",
                 "/proc/sys/net/netfilter/nf_conntrack_udp_timeout_stream")
+ACCOUNTING = "/proc/sys/net/netfilter/nf_conntrack_acct"
+
+
+def set_sysctls(values: dict[str, int]) -> dict[str, str]:
+    """Write sysctls of this namespace; returns the old values for restore_sysctls."""
+    old = {}
+    for path, value in values.items():
+        try:
+            with open(path) as f:
+                old[path] = f.read().strip()
+            with open(path, "w") as f:
+                f.write(str(int(value)))
+        except OSError as exc:
+            raise DatapathError(f"cannot set {path}: {exc}") from exc
+    return old
 
 
 def set_udp_timeout(seconds: int) -> dict[str, str]:
@@ -266,16 +292,7 @@ def set_udp_timeout(seconds: int) -> dict[str, str]:
     §3.1); with the kernel's 120 s for a flow that had replies, a flow silent for
     61 s would stay offloaded and its next first datagram would go unjudged.
     """
-    old = {}
-    for path in UDP_TIMEOUTS:
-        try:
-            with open(path) as f:
-                old[path] = f.read().strip()
-            with open(path, "w") as f:
-                f.write(str(int(seconds)))
-        except OSError as exc:
-            raise DatapathError(f"cannot set {path}: {exc}") from exc
-    return old
+    return set_sysctls({p: seconds for p in UDP_TIMEOUTS})
 
 
 def restore_sysctls(old: dict[str, str]) -> None:

@@ -242,6 +242,8 @@ class Engine:
                 v.drop = self.in_path
         elif act == "throttle":
             v.flow = "throttle"
+        elif act == "freeze":
+            v.flow = "freeze"  # the kernel drops the server's packets past actions.freeze.bytes
         elif act == "inject_dns":
             from .detectors import dns
 

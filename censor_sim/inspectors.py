@@ -176,6 +176,8 @@ class TlsInspector(StreamInspector):
         hello = tlshello.parse_client_hello(stream)
         if hello is None:
             return DONE
+        if self.params.get("offers_tls13") and 0x0304 not in hello.supported_versions:
+            return DONE  # a rule on TLS 1.3 connections only (the TSPU's 16 KB freeze)
         ev: dict[str, Any] = {"sni": hello.sni, "alpn": hello.alpn}
         patterns = self.params.get("sni", [])
         if patterns:

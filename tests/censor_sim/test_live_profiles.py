@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bulk import bulk_server
 from tests.support.tlsrecords import client_hello
 
 pytestmark = pytest.mark.lab
@@ -126,31 +127,6 @@ def _fetch_after_hello(lab, server: str, port: int, sni: str, size: int,
         s.close()
 
 
-def _bulk_server(lab, port: int, size: int):
-    import socket
-    import threading
-
-    from netns.nsenter import ns_socket
-
-    srv = ns_socket(lab.ns("bridge"))
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((lab.addr("bridge"), port))
-    srv.listen(8)
-
-    def serve() -> None:
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            with c:
-                c.recv(65536)  # the ClientHello
-                c.sendall(bytes(size))
-
-    threading.Thread(target=serve, daemon=True).start()
-    return srv
-
-
 def _policed_rate(pcap, bucket: int) -> float:
     """Mbit/s the policer let through over the whole fetch, net of its initial bucket:
     (IP bytes captured − bucket) ÷ (last − first packet time)."""
@@ -175,7 +151,7 @@ def test_tspu_throttle_polices_a_1mb_fetch_to_the_configured_rate(censor_lab, ru
     the policed rate."""
     from netns.capture import Capture
 
-    srv = _bulk_server(censor_lab, 7400, 1_000_000)
+    srv = bulk_server(censor_lab, 7400, 1_000_000)
     dev = censor_lab.iface("bridge", "inet")
     # Wire-sized packets: without this the server's TSO hands the policer
     # 64 KB super-packets, and each one it drops costs 44 MTU-sized segments.

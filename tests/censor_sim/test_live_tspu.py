@@ -32,3 +32,24 @@ def test_tspu_ech_2024_drops_silently_over_tcp_and_quic(censor_lab, run_censor, 
                timeout=0.8) == "timeout"
     assert udp(srv, 4470, build_initial("cloudflare-ech.com"), timeout=0.5, sport=50200)
     assert not udp(srv, 4470, build_initial("x.lab", "ech-outer"), timeout=0.5, sport=50201)
+
+
+def test_tspu_freeze_stalls_tls13_after_about_16kb_with_no_rst(censor_lab, run_censor):
+    from tests.support.bulk import bulk_server, read_after
+
+    srv = censor_lab.addr("bridge")
+    server = bulk_server(censor_lab, 7465, 200_000)
+    try:
+        censor = run_censor("tspu-freeze-2025", {"detectors": {"tls": {"servers": [srv]}}})
+        got, how = read_after(censor_lab, srv, 7465, crafted_client_hello("a.lab"), 200_000)
+        print(f"frozen after {got} payload bytes")
+        # The server's IP bytes past 16,384 vanish: its payload stops short of that.
+        assert how == "stalled" and 8_000 <= got <= 16_384, (got, how)
+        # Not TLS: the same server sends everything.
+        assert read_after(censor_lab, srv, 7465, b"GET / HTTP/1.1\r\n\r\n", 200_000) == \
+            (200_000, "complete")
+        final = censor.stop()
+        assert final["counters"]["freeze_drop"]["packets"] > 0
+        assert final["injected"] == 0  # no RST
+    finally:
+        server.close()

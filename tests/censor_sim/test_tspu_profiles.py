@@ -63,3 +63,28 @@ def test_tspu_ech_2024_over_quic():
     assert eng.handle(udp(CLIENT, SERVER, 50000, 443, ech), True).drop
     plain = qv.build_initial("cloudflare-ech.com")
     assert not eng.handle(udp(CLIENT, SERVER, 50001, 443, plain), True).drop
+
+
+def freeze_engine(servers=(SERVER,)) -> Engine:
+    prof = load_profile("tspu-freeze-2025", {"detectors": {"tls": {"servers": list(servers)}}})
+    return Engine(prof, clock=Clock(), rng=random.Random(0))
+
+
+def test_tspu_freeze_2025_marks_tls13_to_listed_ranges_only():
+    assert connect(freeze_engine(), 40000, 443, crafted_client_hello("a.lab")).flow == "freeze"
+    # Another server, or a hello that does not offer TLS 1.3: untouched.
+    other = connect(freeze_engine(["198.18.9.0/24"]), 40000, 443, crafted_client_hello("a.lab"))
+    assert other.flow == "accept"
+    tls12 = crafted_client_hello("a.lab").replace(b"\x00\x2b\x00\x03\x02\x03\x04",
+                                                  b"\x00\x2b\x00\x03\x02\x03\x03")
+    assert connect(freeze_engine(), 40001, 443, tls12).flow == "accept"
+    assert not connect(freeze_engine(), 40002, 443, b"SSH-2.0-x\r\n").flow == "freeze"
+
+
+def test_the_kernel_rule_drops_only_the_servers_packets_past_the_byte_count():
+    from censor_sim import datapath
+
+    rules = datapath.ruleset(None, freeze_bytes=16384)
+    assert ("ct mark & 0x70 == 0x30 ct direction reply ct reply bytes > 16384 "
+            "counter name freeze_drop drop") in rules
+    assert "freeze_drop drop" not in datapath.ruleset(None)
