@@ -100,7 +100,8 @@ class Throttle:
 
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
-            stateful_blocklist: bool | None = None, freeze_bytes: int | None = None) -> str:
+            stateful_blocklist: bool | None = None, freeze_bytes: int | None = None,
+            freeze_iface: str | None = None) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -166,7 +167,11 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
     if freeze_bytes is not None and dynamic:
         # Conntrack counts the packet in hand before this hook: the server has
         # delivered at most freeze_bytes (IP bytes) when its packets start to vanish.
-        post.append(f"ct mark & {MARK_MASK:#x} == {MARK_FREEZE:#x} ct direction reply "
+        # What vanishes is what goes to the client: for TCP that is the reply
+        # direction; a WebRTC flow's conntrack direction is whoever sent first.
+        to_client = (f'oifname "{freeze_iface}" ' if freeze_iface
+                     else "ct direction reply ")
+        post.append(f"{to_client}ct mark & {MARK_MASK:#x} == {MARK_FREEZE:#x} "
                     f"ct reply bytes > {int(freeze_bytes)} counter name freeze_drop drop")
     counters = "\n  ".join(f"counter {n} {{}}" for n in ("forwarded", "new_flows", *BLOCK_COUNTERS))
     res = "flags timeout;"
@@ -232,7 +237,8 @@ def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
             throttle: Throttle | None = None, servers: bool = False,
             freeze_bytes: int | None = None) -> None:
     _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
-                                    servers=servers, freeze_bytes=freeze_bytes))
+                                    servers=servers, freeze_bytes=freeze_bytes,
+                                    freeze_iface=queue.inside if queue else None))
     if queue is not None:
         remove_queue()
         for tool in ("iptables", "ip6tables"):

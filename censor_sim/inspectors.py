@@ -291,22 +291,62 @@ class QuicInitialInspector(Inspector):
 
 
 class DtlsInspector(Inspector):
-    """Russia's byte rules against Snowflake's pion DTLS hellos (both directions)."""
+    """Russia's rules against Snowflake's pion DTLS hellos (both directions).
+
+    ``rules`` names byte rules of ``detectors.dtls`` and/or ``"ja4"``, which
+    matches a ClientHello whose JA4 is in ``ja4``. With ``stall_after_handshake``
+    a hit is held back until ``app_records`` application-data records have
+    reached the client, so the handshake completes and a little data arrives
+    before the action (the TSPU's stalls of 2024 and 2026: docs/censors/russia.md §5.5).
+    """
 
     kind = "dtls"
     sees_empty = True
     protocols = (UDP,)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.rules = params.get("rules", ["ru_2021_serverhello", "ru_2022_clienthello"])
+        for rule in self.rules:
+            if rule != "ja4" and not callable(getattr(dtls, rule, None)):
+                raise ValueError(f"detectors.{name}.rules: unknown rule {rule!r}")
+        self.ja4s = set(params.get("ja4", []))
+        self.stall = bool(params.get("stall_after_handshake", False))
+        self.app_records = int(params.get("app_records", 1))
+        # Packets a held hit may wait for its data (handshake flights, retransmissions).
+        self.watch_packets = int(params.get("watch_packets", 40))
+
+    def _hit(self, payload: bytes) -> dict[str, Any] | None:
+        for rule in self.rules:
+            if rule == "ja4":
+                j = dtls.ja4(payload) if self.ja4s else None
+                if j is not None and j in self.ja4s:
+                    return {"rule": "ja4", "ja4": j}
+            elif getattr(dtls, rule)(payload):
+                return {"rule": rule}
+        return None
 
     def inspect(self, flow, pkt, c2s):
         if not pkt.payload or _is_stun(pkt.payload):
             # WebRTC runs ICE checks (STUN) on the same 5-tuple before DTLS:
             # they neither match nor use up the inspection budget.
             return None
-        rules = self.params.get("rules", ["ru_2021_serverhello", "ru_2022_clienthello"])
-        for rule in rules:
-            if getattr(dtls, rule)(pkt.payload):
-                return Match(self.name, {"rule": rule, "direction": "c2s" if c2s else "s2c",
-                                         "first_bytes": pkt.payload[:16].hex()})
+        held = flow.state.get("dtls_hit")
+        if held is not None:
+            if not c2s:  # data that reached the client: "a few bytes arrive, then nothing"
+                if held["app_records"] >= self.app_records:
+                    return Match(self.name, held)  # this packet is the first one held back
+                held["app_records"] += dtls.application_records(pkt.payload)
+            held["waited"] += 1
+            return None if held["waited"] < self.watch_packets else DONE
+        hit = self._hit(pkt.payload)
+        if hit is not None:
+            ev = {**hit, "direction": "c2s" if c2s else "s2c",
+                  "first_bytes": pkt.payload[:16].hex()}
+            if not self.stall:
+                return Match(self.name, ev)
+            flow.state["dtls_hit"] = {**ev, "app_records": 0, "waited": 0}
+            return None
         seen = flow.state["dtls_packets"] = flow.state.get("dtls_packets", 0) + 1
         return None if seen < self.max_packets else DONE
 

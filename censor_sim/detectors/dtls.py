@@ -664,3 +664,21 @@ def ru_2024_supported_groups_offset(
     if offsets is not None and off not in set(offsets):
         return False
     return groups is None or hello.supported_groups == list(groups)
+
+
+def ja4(payload: bytes) -> str | None:
+    """The JA4 of the DTLS ClientHello in `payload` (FoxIO JA4.md: "d" for DTLS, then
+    d1/d2/d3 for DTLS 1.0/1.2/1.3), or None if there is none. The TSPU's rule of
+    2026-03-30 matched pion's default hello by this (docs/censors/russia.md §5.5)."""
+    from ptcommon import tlshello
+
+    hello = parse_client_hello(payload)
+    return None if hello is None else tlshello.ja4(hello, "d")
+
+
+def application_records(payload: bytes) -> int:
+    """How many application_data records (or encrypted DTLS 1.3 records) a datagram holds:
+    data after the handshake."""
+    recs = parse_records(payload)
+    return 0 if recs is None else sum(
+        1 for r in recs if r.content_type == CT_APPLICATION_DATA or r.unified)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from censor_sim.detectors import dtls
+from censor_sim.profile import load_profile
 from netns.capture import Capture
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
@@ -208,6 +209,9 @@ async def test_pion_hellos_captured_in_the_lab_match_the_2022_rule(censor_lab, t
     assert dtls.ru_2022_clienthello(ch[0])
     assert not dtls.ru_2021_serverhello(sh[0])
     assert dtls.parse_client_hello(ch[0]).supported_groups[:3] == [0x1D, 0x17, 0x18]
+    # The 2026 rule's JA4 is this hello's, and the same as pion's marshalling code gives.
+    print("pion JA4", dtls.ja4(ch[0]))
+    assert dtls.ja4(ch[0]) in load_profile("tspu-dtls-ja4-2026").detectors["dtls"]["ja4"]
 
 
 async def test_ru_snowflake_dtls_2022_stops_the_session(censor_lab, run_censor, tmp_path):
@@ -244,3 +248,42 @@ async def test_debian_client_through_our_broker_and_our_aiortc_proxy(censor_lab,
     hello = dtls.parse_client_hello(ch[0])
     assert hello.supported_groups[:5] == [0x1D, 0x17, 0x1E, 0x18, 0x19]  # aiortc's, not pion's
     assert not dtls.ru_2022_clienthello(ch[0])
+    # Nor does the 2026 JA4 rule: OpenSSL's DTLS 1.2 hello has another JA4.
+    print("aiortc JA4", dtls.ja4(ch[0]))
+    assert dtls.ja4(ch[0]) not in load_profile("tspu-dtls-ja4-2026").detectors["dtls"]["ja4"]
+
+
+async def test_tspu_dtls_ja4_2026_stalls_pions_session_after_the_handshake(
+        censor_lab, run_censor, tmp_path):
+    """Debian's pion proxy is the DTLS client (setup:active), so its hello carries the
+    JA4 the 2026 rule names: the handshake completes, data starts, and then nothing
+    more reaches the client (docs/censors/russia.md §5.5)."""
+    censor = run_censor("tspu-dtls-ja4-2026")
+    cap = Capture(censor_lab.ns("censor"), censor_lab.iface("censor", "client"),
+                  tmp_path / "dtls.pcap", snaplen=256, bpf="udp").start()
+    try:
+        await snowflake_session(censor_lab, tmp_path, wait_s=12)
+    finally:
+        cap.stop()
+    det = censor.events("detection")
+    assert det and det[0]["evidence"]["rule"] == "ja4"
+    assert det[0]["evidence"]["app_records"] >= 2  # data reached the client first
+    assert censor.stop()["counters"]["freeze_drop"]["packets"] >= 1
+    # On the client's side of the censor: the handshake's flights, then application
+    # data, in both directions, before the stall.
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+
+    client = {censor_lab.addr("client", v6=v6) for v6 in (False, True)}
+    app_to_client = sum(dtls.application_records(bytes(p[UDP].payload))
+                        for p in rdpcap(str(tmp_path / "dtls.pcap"))
+                        if UDP in p and p[UDP].underlayer.dst in client)
+    assert app_to_client >= 2
+
+
+async def test_tspu_dtls_ja4_2026_lets_our_aiortc_proxy_through(censor_lab, run_censor,
+                                                               tmp_path):
+    censor = run_censor("tspu-dtls-ja4-2026")
+    relayed = await snowflake_session(censor_lab, tmp_path, wait_s=25, our_proxy=True)
+    assert relayed.startswith(TOKEN)
+    assert not censor.events("detection")

@@ -7,8 +7,10 @@ import random
 
 import pytest
 
+from censor_sim.detectors import dtls
 from censor_sim.engine import Engine
 from censor_sim.profile import load_profile
+from tests.support import dtls_vectors as dv
 from tests.support import quic_vectors as qv
 from tests.support.engine import CLIENT, SERVER, Clock, connect, udp
 from tests.support.tlsrecords import crafted_client_hello
@@ -84,7 +86,52 @@ def test_tspu_freeze_2025_marks_tls13_to_listed_ranges_only():
 def test_the_kernel_rule_drops_only_the_servers_packets_past_the_byte_count():
     from censor_sim import datapath
 
-    rules = datapath.ruleset(None, freeze_bytes=16384)
-    assert ("ct mark & 0x70 == 0x30 ct direction reply ct reply bytes > 16384 "
+    rules = datapath.ruleset(None, freeze_bytes=16384, freeze_iface="ptlc-in")
+    assert ('oifname "ptlc-in" ct mark & 0x70 == 0x30 ct reply bytes > 16384 '
             "counter name freeze_drop drop") in rules
     assert "freeze_drop drop" not in datapath.ruleset(None)
+
+
+def dtls_engine(name: str) -> Engine:
+    return Engine(load_profile(name), clock=Clock(), rng=random.Random(0))
+
+
+def app_data(n: int = 1) -> bytes:
+    return b"".join(dv.record(dtls.CT_APPLICATION_DATA, b"\x17" * 48, epoch=1, seq=i)
+                    for i in range(n))
+
+
+def dtls13_client_hello() -> bytes:
+    """pion's hello offering DTLS 1.3 (supported_versions = fe fc): a "dd3" JA4."""
+    exts = [dv.ext(dtls.EXT_SIGNATURE_ALGORITHMS, dv.vec16(dv.PION_SIGALGS)),
+            dv.groups(dtls.PION_CURVES), dv.ext(43, b"\x02\xfe\xfc")]
+    body = dv.client_hello_body(dv.PION_CIPHERS, exts)
+    return dv.record(dtls.CT_HANDSHAKE, dv.handshake(dtls.HT_CLIENT_HELLO, body))
+
+
+@pytest.mark.parametrize(("name", "records"), [("tspu-dtls-ja4-2026", 2),
+                                               ("tspu-snowflake-stall-2024", 1)])
+def test_pions_hello_stalls_the_flow_after_data_reaches_the_client(name, records):
+    eng = dtls_engine(name)
+    assert dtls.ja4(dv.pion_client_hello()) == "dd2i060600_b94582744588_4bbccbffe950"
+    # ClientHello from the proxy side, the rest of the handshake: no verdict yet.
+    assert eng.handle(udp(SERVER, CLIENT, 5000, 6000, dv.pion_client_hello()), False).flow is None
+    assert eng.handle(udp(CLIENT, SERVER, 6000, 5000, dv.pion_server_hello()), True).flow is None
+    assert eng.handle(udp(CLIENT, SERVER, 6000, 5000, app_data(3)), True).flow is None  # ours
+    for _ in range(records):  # data that reaches the client
+        assert eng.handle(udp(SERVER, CLIENT, 5000, 6000, app_data()), False).flow is None
+    v = eng.handle(udp(SERVER, CLIENT, 5000, 6000, app_data()), False)
+    assert v.flow == "freeze"
+    det = [e for e in eng.effects.events if e["event"] == "detection"][0]
+    assert det["evidence"]["app_records"] == records and det["evidence"]["rule"] == "ja4"
+
+
+@pytest.mark.parametrize("hello", [dv.chrome_like_client_hello, dv.firefox_like_client_hello,
+                                   dtls13_client_hello])
+def test_browser_and_dtls13_hellos_pass_the_2026_rule(hello):
+    eng = dtls_engine("tspu-dtls-ja4-2026")
+    eng.handle(udp(SERVER, CLIENT, 5000, 6000, hello()), False)
+    for _ in range(5):
+        assert eng.handle(udp(SERVER, CLIENT, 5000, 6000, app_data()), False).flow != "freeze"
+    assert not [e for e in eng.effects.events if e["event"] == "detection"]
+    assert dtls.ja4(dtls13_client_hello()).startswith("dd3")
