@@ -194,9 +194,11 @@ async def run(config: dict, poll: float) -> None:
     profile = load_profile(config["profile"], config.get("overrides") or {})
     if why := unsupported(profile):
         raise ProfileError(f"profile {profile.name}: {why}")
-    blocklist = None
+    blocklist = allowlist = None
     if "ip_blocklist" in profile.detectors:
         blocklist = datapath.Blocklist.from_params(profile.detectors["ip_blocklist"])
+    if "ip_allowlist" in profile.detectors:
+        allowlist = datapath.Blocklist.from_params(profile.detectors["ip_allowlist"])
     dp = profile.datapath
     on_path = dp.get("mode", "in-path") == "on-path"
     effects = LiveEffects(profile, config.get("prober"), int(config.get("seed", 0)))
@@ -229,14 +231,19 @@ async def run(config: dict, poll: float) -> None:
             runner.attach(loop)
         blocks_servers = any("block_server" in r.actions for r in engine.rules.values()) or \
             bool(profile.prober.get("block_labels") or profile.prober.get("block_on_replay"))
-        freeze = profile.actions.get("freeze", {}) if any(
-            "freeze" in r.actions for r in engine.rules.values()) else None
+        # A kernel rule for each flow action the profile can take ("detector" rules
+        # name theirs at run time, from the tables the profile declares).
+        uses = {a for r in engine.rules.values() for a in r.actions} | set(profile.actions)
+        freeze = profile.actions.get("freeze", {}) if "freeze" in uses else None
         if freeze is not None:  # byte counts per connection need conntrack accounting
             sysctls.update(datapath.set_sysctls({datapath.ACCOUNTING: 1}))
         if dp.get("udp_conntrack_timeout_s"):
             sysctls.update(datapath.set_udp_timeout(int(dp["udp_conntrack_timeout_s"])))
+        loss = profile.actions.get("loss", {}) if "loss" in uses else None
         datapath.install(blocklist, queue, throttle, servers=blocks_servers,
-                         freeze_bytes=int(freeze.get("bytes", 16384)) if freeze else None)
+                         freeze_bytes=int(freeze.get("bytes", 16384)) if freeze else None,
+                         allowlist=allowlist, inside=config.get("inside"),
+                         loss_percent=float(loss.get("percent", 50)) if loss else None)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

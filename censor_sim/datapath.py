@@ -34,7 +34,8 @@ CHAIN = "ptlcensor"
 QUEUE_C2S, QUEUE_S2C = 10, 11
 MARK_MASK = 0x70
 MARK_ACCEPT, MARK_DROP, MARK_THROTTLE = 0x10, 0x20, 0x40
-MARK_FREEZE = 0x30  # a value within MARK_MASK, as the others are
+MARK_FREEZE = 0x30  # values within MARK_MASK, as the others are
+MARK_LOSS = 0x50
 # Packet-only bit (never saved to conntrack): let this one packet past the
 # residual set that its own verdict just filled (Iran's "after the first").
 MARK_PASS = 0x80
@@ -42,7 +43,7 @@ FLOW_MASK = 0x70
 # Conntrack-only bit: this connection already passed the static blocklist.
 MARK_CHECKED = 0x100
 FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE,
-              "freeze": MARK_FREEZE}
+              "freeze": MARK_FREEZE, "loss": MARK_LOSS}
 BLOCK_COUNTERS = {
     "blocklist_drop": ("ip_blocklist", "drop"),
     "residual_drop": ("residual", "drop"),
@@ -50,6 +51,8 @@ BLOCK_COUNTERS = {
     "server_drop": ("prober", "block_server"),
     "throttle_drop": ("throttle", "police"),
     "freeze_drop": ("freeze", "drop"),
+    "allowlist_drop": ("ip_allowlist", "drop"),
+    "loss_drop": ("loss", "drop"),
 }
 
 
@@ -101,7 +104,8 @@ class Throttle:
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
             stateful_blocklist: bool | None = None, freeze_bytes: int | None = None,
-            freeze_iface: str | None = None) -> str:
+            freeze_iface: str | None = None, allowlist: Blocklist | None = None,
+            inside: str | None = None, loss_percent: float | None = None) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -112,6 +116,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
         return f" elements = {{ {', '.join(xs)} }};" if xs else ""
 
     bl = blocklist or Blocklist()
+    al = allowlist or Blocklist()
     ports = ", ".join(str(p) for p in bl.ports)
     dport = f" th dport {{ {ports} }}" if ports else ""
     sport = f" th sport {{ {ports} }}" if ports else ""
@@ -141,6 +146,14 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             "ip6 daddr . meta l4proto . th dport @servers6 counter name server_drop drop",
             "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
         ]
+    if allowlist is not None:
+        # Only listed destinations are reachable from inside (Iran, 2026): the
+        # check is on every packet from the client side, stateless.
+        if not inside:
+            raise DatapathError("an address allowlist needs the inside interface")
+        pre[1:1] = [f'iifname "{inside}" ip daddr != @allowlist4 counter name allowlist_drop drop',
+                    f'iifname "{inside}" ip6 daddr != @allowlist6 counter name allowlist_drop '
+                    "drop"]
     pre += blocks  # last: its fast path accepts
     post = [] if not dynamic else [
         f"meta mark & {MARK_MASK | MARK_PASS:#x} != 0 ct mark set meta mark & {FLOW_MASK:#x}",
@@ -173,6 +186,11 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
                      else "ct direction reply ")
         post.append(f"{to_client}ct mark & {MARK_MASK:#x} == {MARK_FREEZE:#x} "
                     f"ct reply bytes > {int(freeze_bytes)} counter name freeze_drop drop")
+    if loss_percent is not None and dynamic:
+        # Random loss on marked flows, both ways (no netem here: nft's numgen).
+        per_mille = max(0, min(1000, round(loss_percent * 10)))
+        post.append(f"ct mark & {MARK_MASK:#x} == {MARK_LOSS:#x} numgen random mod 1000 < "
+                    f"{per_mille} counter name loss_drop drop")
     counters = "\n  ".join(f"counter {n} {{}}" for n in ("forwarded", "new_flows", *BLOCK_COUNTERS))
     res = "flags timeout;"
     pre_rules = "\n    ".join(pre)
@@ -187,6 +205,8 @@ table inet {TABLE} {{
   {counters}
   set blocklist4 {{ type ipv4_addr; flags interval;{elements(bl.v4)} }}
   set blocklist6 {{ type ipv6_addr; flags interval;{elements(bl.v6)} }}
+  set allowlist4 {{ type ipv4_addr; flags interval;{elements(al.v4)} }}
+  set allowlist6 {{ type ipv6_addr; flags interval;{elements(al.v6)} }}
   set servers4 {{ type ipv4_addr . inet_proto . inet_service; {res} }}
   set servers6 {{ type ipv6_addr . inet_proto . inet_service; {res} }}
   set residual4 {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service; {res} }}
@@ -235,10 +255,13 @@ def _nft(args: list[str], input: str | None = None) -> str:
 
 def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
             throttle: Throttle | None = None, servers: bool = False,
-            freeze_bytes: int | None = None) -> None:
+            freeze_bytes: int | None = None, allowlist: Blocklist | None = None,
+            inside: str | None = None, loss_percent: float | None = None) -> None:
     _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
                                     servers=servers, freeze_bytes=freeze_bytes,
-                                    freeze_iface=queue.inside if queue else None))
+                                    freeze_iface=queue.inside if queue else None,
+                                    allowlist=allowlist, inside=inside,
+                                    loss_percent=loss_percent))
     if queue is not None:
         remove_queue()
         for tool in ("iptables", "ip6tables"):

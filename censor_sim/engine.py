@@ -197,6 +197,8 @@ class Engine:
         self.stats["detections"] += 1
         rule = self.rules.get(m.detector)
         acts = rule.actions if rule else ["none"]
+        if acts == ["detector"]:  # a device model with its own action table (Iran's ISPs)
+            acts = list((m.data or {}).get("actions", ["none"]))
         fire = rule is not None and (rule.probability >= 1 or self.rng.random() < rule.probability)
         since_data = (None if flow.first_data is None
                       else round(self.flows.clock() - flow.first_data, 6))
@@ -242,8 +244,8 @@ class Engine:
                 v.drop = self.in_path
         elif act == "throttle":
             v.flow = "throttle"
-        elif act == "freeze":
-            v.flow = "freeze"  # the kernel drops the server's packets past actions.freeze.bytes
+        elif act in ("freeze", "loss"):
+            v.flow = act  # the kernel drops the server's packets past actions.freeze.bytes
         elif act == "inject_dns":
             from .detectors import dns
 

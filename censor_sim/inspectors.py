@@ -183,7 +183,11 @@ class TlsInspector(StreamInspector):
         if patterns:
             hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
             required = self.params.get("require_extensions", [])
-            if hit is not None and tls.has_extensions(hello, required):
+            share = float(self.params.get("sticky_share", 1.0))
+            if (hit is not None and tls.has_extensions(hello, required)
+                    and (share >= 1 or tls.sticky_draw(flow.client, hello.sni or "",
+                                                       int(self.params.get("sticky_seed", 0)))
+                         < share)):
                 return Match(self.name, {**ev, "matched": hit, "by": "sni"})
         ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
         if ja3s or ja4s:
@@ -538,6 +542,45 @@ class IranProtocolInspector(Inspector):
         return Match(self.name, {"first_bytes": chunks[0][:16].hex(), "packets": len(chunks)})
 
 
+class IranUdpInspector(Inspector):
+    """Iran's UDP filtering since 2022, by ISP (docs/censors/iran.md §3.2).
+
+    ``isp`` picks the row of :data:`censor_sim.detectors.iran.UDP_BY_ISP`: what
+    that ISP did to UDP that is not DNS (port 53 is exempt). ``as_of`` on or after
+    2025-06-25 adds what every ISP did from the June 2025 shutdown on: QUIC off.
+    The match names the actions itself (the policy's ``action = "detector"``).
+    """
+
+    kind = "iran_udp"
+    sees_empty = True
+    protocols = (UDP,)
+
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.isp = str(params.get("isp", "irancell")).lower()
+        if self.isp not in iran.UDP_BY_ISP:
+            raise ValueError(f"detectors.{name}.isp: one of {', '.join(iran.UDP_BY_ISP)}, "
+                             f"not {self.isp!r}")
+        try:
+            self.as_of = date.fromisoformat(str(params.get("as_of", "2026-01-01")))
+        except ValueError:
+            raise ValueError(f"detectors.{name}.as_of: a date as YYYY-MM-DD") from None
+
+    def inspect(self, flow, pkt, c2s):
+        if flow.packets > 1 or not c2s or flow.server_port == 53:
+            return DONE
+        quic = len(pkt.payload) >= 5 and pkt.payload[0] & 0x80 and \
+            pkt.payload[1:5] == b"\x00\x00\x00\x01"
+        acts = iran.UDP_BY_ISP[self.isp]
+        why = f"udp-{self.isp}"
+        if quic and self.as_of >= iran.QUIC_OFF_FROM:
+            acts, why = ["drop"], "quic-off-2025"
+        if not acts:
+            return DONE
+        return Match(self.name, {"rule": why, "isp": self.isp, "port": flow.server_port},
+                     data={"actions": acts})
+
+
 class UnclassifiedInspector(FirstPayloadInspector):
     """Range blocking: anything to the range that no protocol classifier recognises."""
 
@@ -664,5 +707,5 @@ INSPECTORS: dict[str, type[Inspector]] = {
                               QuicSniInspector, QuicInitialInspector, DtlsInspector,
                               DnsInspector, OpenVpnInspector, WireGuardInspector,
                               DnsTunnelInspector, TlsInTlsInspector, IranProtocolInspector,
-                              UnclassifiedInspector, MlInspector)
+                              IranUdpInspector, UnclassifiedInspector, MlInspector)
 }

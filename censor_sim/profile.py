@@ -22,8 +22,8 @@ from ptcommon.suggest import did_you_mean
 
 TOP_KEYS = {"name", "description", "source", "detectors", "policy", "actions", "prober",
             "datapath"}
-KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "freeze", "none", "probe",
-                 "inject_dns", "block_server"}
+KNOWN_ACTIONS = {"drop", "rst", "residual", "throttle", "freeze", "loss", "none", "probe",
+                 "inject_dns", "block_server", "detector"}
 
 
 class ProfileError(ValueError):

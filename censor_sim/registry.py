@@ -36,7 +36,8 @@ from .inspectors import INSPECTORS
 from .packet import Packet
 
 GROUP = "ptlab.detectors"
-KERNEL_ONLY = frozenset({"ip_blocklist"})  # enforced by nftables, no per-packet code
+# Enforced by nftables alone, with no per-packet code.
+KERNEL_ONLY = frozenset({"ip_blocklist", "ip_allowlist"})
 
 
 class GenevaDetector:

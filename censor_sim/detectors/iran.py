@@ -30,6 +30,8 @@ is too short to match on its own. Callers wanting the per-packet reading can cal
 
 from __future__ import annotations
 
+from datetime import date
+
 PORTS = (53, 80, 443)
 FILTER_S = 60
 
@@ -112,3 +114,18 @@ def classify(first_two_payloads: bytes) -> str | None:
     if is_dns(first_two_payloads):
         return "dns"
     return None
+
+
+# -- UDP since 2022, by ISP (community reports: docs/censors/iran.md §3.2) -------------------
+
+# What each ISP did to UDP that is not DNS, as the reports give it. "loss" is random
+# loss of the flow's packets (actions.loss.percent; 50 % in net4people/bbs#182).
+UDP_BY_ISP: dict[str, list[str]] = {
+    "irancell": ["drop"],  # bbs#166, 2023-01-16: "blocked UDP completely"
+    "ztel": ["drop"],      # ibid.
+    "lossy": ["loss"],     # bbs#182, 2022-12-23: "UDP is mostly blocked", ~50 % loss (iperf3)
+    "mci": [],             # bbs#166: MCI worked (its later upload throttling, bbs#253, had no rate)
+    "none": [],
+}
+# From the June 2025 shutdown (2025-06-17/18 to 06-25), QUIC was off on all ISPs (bbs#489).
+QUIC_OFF_FROM = date(2025, 6, 25)
