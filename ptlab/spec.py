@@ -216,13 +216,16 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
         for k in ("transport", "censor", "status"):
             if k not in e:
                 raise SpecError(f"expect[{i}].{k}: missing")
-        if e["transport"] not in spec.transports:
+        # "*" stands for every row (or column); a later entry naming a cell wins.
+        if e["transport"] != "*" and e["transport"] not in spec.transports:
             raise SpecError(f"expect[{i}].transport: {e['transport']!r} is not in [transports]")
-        if e["censor"] not in spec.censors:
+        if e["censor"] != "*" and e["censor"] not in spec.censors:
             raise SpecError(f"expect[{i}].censor: {e['censor']!r} is not in [censors]")
         if e["status"] not in EXPECTABLE:
             raise SpecError(f"expect[{i}].status: must be one of {', '.join(EXPECTABLE)}")
-        spec.expect.append(Expectation(e["transport"], e["censor"], e["status"]))
+        for t in (spec.transports if e["transport"] == "*" else [e["transport"]]):
+            for c in (spec.censors if e["censor"] == "*" else [e["censor"]]):
+                spec.expect.append(Expectation(t, c, e["status"]))
     return spec
 
 

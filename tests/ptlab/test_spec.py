@@ -102,3 +102,18 @@ def test_censor_overrides_are_checked_when_the_spec_loads(edit, msg):
 def test_error_is_not_an_expectation():
     with pytest.raises(SpecError, match="must be one of reachable, blocked"):
         parse(GOOD.replace('status = "reachable"', 'status = "ERROR"'))
+
+
+def test_a_star_expects_every_row_or_column_and_a_named_cell_overrides_it():
+    from ptlab.scoring import apply_expectations
+    from ptlab.results import Row
+
+    s = parse(GOOD + '[[expect]]\ntransport = "*"\ncensor = "*"\nstatus = "blocked"\n'
+              '[[expect]]\ntransport = "direct"\ncensor = "none"\nstatus = "reachable"\n')
+    got = {}
+    for t, c in s.cells():
+        row = apply_expectations(Row(transport=t, censor=c, status="blocked"), s.expect)
+        got[(t, c)] = row.expectation
+    assert got == {("direct", "none"): "reachable", ("direct", "block-web"): "blocked"}
+    with pytest.raises(SpecError, match="'obfs9' is not in"):
+        parse(GOOD + '[[expect]]\ntransport = "obfs9"\ncensor = "*"\nstatus = "blocked"\n')
