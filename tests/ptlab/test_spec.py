@@ -105,8 +105,8 @@ def test_error_is_not_an_expectation():
 
 
 def test_a_star_expects_every_row_or_column_and_a_named_cell_overrides_it():
-    from ptlab.scoring import apply_expectations
     from ptlab.results import Row
+    from ptlab.scoring import apply_expectations
 
     s = parse(GOOD + '[[expect]]\ntransport = "*"\ncensor = "*"\nstatus = "blocked"\n'
               '[[expect]]\ntransport = "direct"\ncensor = "none"\nstatus = "reachable"\n')
