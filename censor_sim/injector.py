@@ -86,6 +86,11 @@ class Injector:
             self._socks[family] = s
         return s
 
+    def warm(self) -> None:
+        """Import scapy now, not on the first forgery: that import takes a few hundred
+        ms, and the packet that drew the forgery waits for it (docs/lab/censor.md §5)."""
+        craft(InjectTcp("192.0.2.1", "192.0.2.2", 1, 2, seq=0))
+
     def send(self, spec: InjectTcp | InjectUdp) -> int:
         data = craft(spec)
         if needs_link_layer(spec):
