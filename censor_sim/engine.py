@@ -109,7 +109,9 @@ class Engine:
         self.actions: dict[str, dict[str, Any]] = p.actions
         dp = p.datapath
         self.flows = FlowTable(self.clock, idle_s=float(dp.get("flow_idle_s", 120)),
-                               max_flows=int(dp.get("max_flows", 65536)))
+                               max_flows=int(dp.get("max_flows", 65536)),
+                               record_stats=any(getattr(i, "uses_flow_stats", False)
+                                                for i in self.inspectors))
         self.residual: dict[ResidualKey, Residual] = {}
         self.midstream = bool(dp.get("midstream", False))
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
@@ -136,30 +138,35 @@ class Engine:
             return v
         if flow.decided is not None:
             return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided)
+        # The inspectors still asking about this flow: scoped once, on its first
+        # packet (ranges and ports do not change), then thinned as each finishes.
+        active = flow.active
+        if active is None:
+            active = flow.active = [i for i in self.inspectors if i.in_scope(flow)]
         pending = False
-        for insp in self.inspectors:
-            if insp.name in flow.done:
-                continue
-            if not insp.in_scope(flow):
-                flow.done.add(insp.name)
-                continue
-            if not pkt.payload and not insp.sees_empty:
+        finished: list[Inspector] = []
+        payload = pkt.payload
+        for insp in active:
+            if not payload and not insp.sees_empty:
                 # What its inspect() would answer, without the call.
                 if flow.packets < insp.max_packets:
                     pending = True
                 else:
-                    flow.done.add(insp.name)
+                    finished.append(insp)
                 continue
             res = insp.inspect(flow, pkt, c2s)
             if res is None:
                 pending = True
-            elif res == DONE:
-                flow.done.add(insp.name)
-            else:
-                flow.done.add(insp.name)
+                continue
+            finished.append(insp)
+            if res != DONE:
                 v = self._matched(flow, pkt, c2s, res)
                 if v is not None:
+                    flow.done.update(i.name for i in finished)
                     return v
+        if finished:
+            flow.done.update(i.name for i in finished)
+            flow.active = [i for i in active if i not in finished]
         if pending:
             return Verdict()
         flow.decided = "accept"

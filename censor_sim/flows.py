@@ -67,6 +67,8 @@ class Flow(KeyedFlow):
     # Per-detector scratch state and which detectors are finished with this flow.
     state: dict[str, Any] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
+    # The engine's inspectors still asking about this flow (None until its first packet).
+    active: list[Any] | None = None
     decided: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -79,8 +81,11 @@ class FlowTable:
 
     def __init__(self, clock: Callable[[], float], idle_s: float = 120.0,
                  max_flows: int = 65536, buffer_cap: int = 65536,
-                 stats_packets: int = 30) -> None:
+                 stats_packets: int = 30, record_stats: bool = True) -> None:
         self.clock = clock
+        # Per-packet sizes and times (flow.stats) cost every packet; only some
+        # detectors read them (Inspector.uses_flow_stats), so the engine asks.
+        self.record_stats = record_stats
         self.idle_s = idle_s
         self.max_flows = max_flows
         self.buffer_cap = buffer_cap
@@ -113,7 +118,8 @@ class FlowTable:
         now = self.clock()
         flow.last_seen = now
         flow.packets += 1
-        flow.stats.add(1 if c2s else -1, len(pkt.payload), now - flow.first_seen)
+        if self.record_stats:
+            flow.stats.add(1 if c2s else -1, len(pkt.payload), now - flow.first_seen)
         if pkt.payload and c2s:
             flow.c2s_data_packets += 1
             if flow.first_data is None:

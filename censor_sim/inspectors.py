@@ -56,6 +56,9 @@ class Inspector:
 
     kind = ""
     protocols: tuple[int, ...] = (TCP,)
+    # Whether it reads flow.stats (every packet's size, direction and time): the
+    # flow table records them only when some inspector does.
+    uses_flow_stats = False
     # Whether packets without payload (TCP handshakes and acknowledgements) are shown
     # to inspect(). Most inspectors judge payloads only; for them the engine answers
     # an empty packet itself ("not yet", or "done" past max_packets), which is what
@@ -655,6 +658,7 @@ class TlsInTlsInspector(Inspector):
     in the paper; ``strip_cover = false`` skips the cover-handshake cut."""
 
     kind = "tls_in_tls"
+    uses_flow_stats = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, {"max_packets": 120, **params})

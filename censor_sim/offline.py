@@ -137,7 +137,8 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
         verdict = engine.handle(pkt, c2s)
         # Everything the engine reports for a packet is about that packet's flow.
         detection: dict[str, Any] | None = None
-        for ev in effects.events[seen_events:]:
+        new_events = effects.events[seen_events:] if len(effects.events) > seen_events else ()
+        for ev in new_events:
             if ev["event"] == "detection":
                 fv.detections += 1
                 detection = ev

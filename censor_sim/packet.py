@@ -14,6 +14,7 @@ middlebox without reassembly sees them.
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 from dataclasses import dataclass
 
@@ -152,5 +153,4 @@ def _parse_l4(pkt: Packet) -> None:
         pkt.payload = raw[off + 8:]
 
 
-def _ntoa4(b: bytes) -> str:
-    return f"{b[0]}.{b[1]}.{b[2]}.{b[3]}"
+_ntoa4 = socket.inet_ntoa
