@@ -412,6 +412,8 @@ def main() -> int:
                     print(f"  {label:34s} {rate:8.0f} flows/s   on/off = {rate / off:.3f}   "
                           f"queued {fin.get('queued')}, {fin.get('per_packet_us')} µs per "
                           f"packet, censor CPU {fin.get('cpu_s')} s")
+                    print(f"  {'':34s} per queued packet: CPU {fin.get('cpu_per_packet_us')} µs;"
+                          f" callback split (µs) {fin.get('per_packet_split_us')}")
                 print(f"  per-packet cost, with them / FET alone = "
                       f"{costs[1] / (costs[0] or 1):.3f}")
         finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import sys
@@ -223,8 +224,14 @@ async def run(config: dict, poll: float) -> None:
             raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
                                "'inside' and 'outside' interfaces")
         every = bool(dp.get("every_packet", False))
+        # Payload-only inspectors need a TCP flow's SYN and payloads, nothing else.
+        payload_only = engine.packet_censor is None and not any(
+            (i.sees_empty or i.uses_flow_stats) and packet.TCP in i.protocols
+            for i in engine.inspectors)
         queue = datapath.QueueConfig(config["inside"], config["outside"],
-                                     None if every else int(dp.get("inspect_packets", 12)))
+                                     None if every else int(dp.get("inspect_packets", 12)),
+                                     skip_empty_tcp=payload_only and not every
+                                     and dp.get("skip_empty_tcp", True))
     throttle = None
     if "throttle" in profile.actions:
         t = profile.actions["throttle"]
@@ -308,7 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         config = json.loads(Path(args.config).read_text())
         if not isinstance(config, dict) or "profile" not in config:
             raise ProfileError("config needs a 'profile' key")
-        asyncio.run(run(config, args.poll))
+        if prof_out := os.environ.get("PTLAB_CENSOR_PROFILE"):
+            # Where the censor's time goes, for benchmarks (docs/lab/censor.md §5).
+            import cProfile
+
+            cProfile.runctx("asyncio.run(run(config, args.poll))", globals(), locals(),
+                            prof_out)
+        else:
+            asyncio.run(run(config, args.poll))
     except (ProfileError, datapath.DatapathError, ValueError, OSError) as exc:
         msg = str(exc)
         if isinstance(exc, PermissionError) or "Operation not permitted" in msg:

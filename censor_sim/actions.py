@@ -13,7 +13,7 @@ them to imitate a particular censor's RST fingerprint.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -36,7 +36,7 @@ class InjectTcp:
     df: bool = False  # IPv4 "don't fragment" (injectors differ: docs/censors/blocking.md §5)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: per event
         d["payload"] = self.payload.hex()
         return d
 
@@ -54,7 +54,7 @@ class InjectUdp:
     count: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: per event
         d["payload"] = self.payload.hex()
         return d
 

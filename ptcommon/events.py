@@ -63,10 +63,11 @@ class EventLog:
         return self._stream if self._stream is not None else sys.stdout
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        line = event_line(self.component, event, **fields)
-        self.stream.write(line + "\n")
+        """Write one event line and return its record (as given, not re-parsed)."""
+        record = event_record(self.component, event, **fields)
+        self.stream.write(json.dumps(record, default=str) + "\n")
         self.stream.flush()
-        return json.loads(line)
+        return record
 
     def ready(self, **fields: Any) -> dict[str, Any]:
         """The readiness event: the process listens and can be used."""

@@ -33,34 +33,35 @@ def test_iran_2026_allowlist_and_sni_resets(censor_lab, run_censor, echo, tcp):
     assert final["injected"] == 3
 
 
-def udp_delivery(lab, server: str, port: int, n: int) -> float:
-    """Share of `n` datagrams the echo server answered (sent in one burst, then read)."""
+def udp_delivery(lab, server: str, port: int, n: int, window: int = 10) -> float:
+    """Share of `n` datagrams the echo server answered, sent `window` at a time so
+    no socket buffer overflows (only the censor loses them)."""
     s = ns_socket(lab.ns("client"), socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(1.0)
+    s.settimeout(0.05)
+    answered: set[int] = set()
     try:
         s.bind(("0.0.0.0", 0))
-        for i in range(n):
-            s.sendto(i.to_bytes(4, "big") + bytes(60), (server, port))
-        got = 0
-        try:
-            while got < n:
-                s.recvfrom(2048)
-                got += 1
-        except TimeoutError:
-            pass
-        return got / n
+        for start in range(0, n, window):
+            for i in range(start, min(start + window, n)):
+                s.sendto(i.to_bytes(4, "big") + bytes(60), (server, port))
+            try:
+                while True:
+                    data, _ = s.recvfrom(2048)
+                    answered.add(int.from_bytes(data[:4], "big"))
+            except TimeoutError:
+                pass
+        return len(answered) / n
     finally:
         s.close()
 
 
-@pytest.mark.parametrize(("isp", "low", "high"), [("irancell", 0.0, 0.0), ("mci", 0.95, 1.0),
+@pytest.mark.parametrize(("isp", "low", "high"), [("irancell", 0.0, 0.0), ("mci", 0.99, 1.0),
                                                   ("lossy", 0.12, 0.40)])
 def test_iran_udp_by_isp(censor_lab, run_censor, echo, isp, low, high):
     srv = censor_lab.addr("bridge")
     echo([3478], proto="udp")
     run_censor("iran-udp-2022", {"detectors": {"udp": {"isp": isp}}})
     share = udp_delivery(censor_lab, srv, 3478, 400)
-    # "lossy": 50 % each way, so about a quarter of round trips complete; a burst of
-    # 400 may lose a few in socket buffers even uncensored.
+    # "lossy": 50 % each way, so about a quarter of round trips complete.
     print(f"{isp}: {share:.2%} of 400 datagrams answered")
     assert low <= share <= high, share
