@@ -50,7 +50,8 @@ class LiveEffects(Effects):
         self.probed: set[tuple[str, int]] = set()  # one investigation per server port
 
     def event(self, name: str, **fields: Any) -> None:
-        emit(name, **fields)
+        # Flushed by the queue runner after each batch of packets, not per line.
+        emit(name, flush=False, **fields)
 
     def residual(self, key, seconds: float) -> None:
         client, server, proto, port = key
@@ -138,7 +139,15 @@ class QueueRunner:
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         for q in self.queues:
-            loop.add_reader(q.get_fd(), lambda q=q: q.run(block=False))
+            loop.add_reader(q.get_fd(), lambda q=q: self._drain(q))
+
+    @staticmethod
+    def _drain(q) -> None:
+        """Every packet waiting on `q`, then the batch's event lines in one write."""
+        try:
+            q.run(block=False)
+        finally:
+            sys.stdout.flush()
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         for q in self.queues:

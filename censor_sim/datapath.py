@@ -42,7 +42,7 @@ MARK_PASS = 0x80
 FLOW_MASK = 0x70
 # Conntrack-only bit: this connection already passed the static blocklist.
 MARK_CHECKED = 0x100
-# Packet-only bit set before the queue: a TCP segment with no payload and no SYN.
+# Packet-only bit set before the queue: a TCP segment with no payload, not a bare SYN.
 MARK_EMPTY = 0x200
 FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE,
               "freeze": MARK_FREEZE, "loss": MARK_LOSS}
@@ -90,8 +90,8 @@ class Blocklist:
 class QueueConfig:
     """Which packets go to userspace. ``inspect_packets`` None means every packet.
 
-    ``skip_empty_tcp``: TCP segments with no payload and no SYN (the handshake's
-    SYN+ACK and ACK, bare ACKs, FINs) stay in the kernel. A censor whose
+    ``skip_empty_tcp``: TCP segments with no payload other than the client's SYN
+    (the handshake's SYN+ACK and ACK, bare ACKs, FINs) stay in the kernel. A censor whose
     inspectors judge payloads alone needs only the SYN (which starts a flow) and
     the payloads; this halves what a short TCP flow costs it.
     """
@@ -170,7 +170,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
         # verdict map on the TCP data offset jumps to a chain per header size that
         # knows the one IP length a segment with no payload has (no IP options).
         doffs = range(5, 16)
-        pre.append(f"ct mark & {MARK_MASK:#x} == 0 meta l4proto tcp tcp flags & syn == 0 "
+        pre.append(f"ct mark & {MARK_MASK:#x} == 0 meta l4proto tcp tcp flags & (syn | ack) != syn "
                    "tcp doff vmap { " + ", ".join(f"{d} : jump empty{d}" for d in doffs) + " }")
         empty_chains = "".join(
             f"  chain empty{d} {{\n"

@@ -62,11 +62,16 @@ class EventLog:
         # Looked up at each write, so a test's redirected sys.stdout is honoured.
         return self._stream if self._stream is not None else sys.stdout
 
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        """Write one event line and return its record (as given, not re-parsed)."""
+    def emit(self, event: str, flush: bool = True, **fields: Any) -> dict[str, Any]:
+        """Write one event line and return its record (as given, not re-parsed).
+
+        ``flush=False`` leaves the line in the stream's buffer for the caller to
+        flush after a batch (the censor writes one per detection, and flushes once
+        per batch of queued packets)."""
         record = event_record(self.component, event, **fields)
         self.stream.write(json.dumps(record, default=str) + "\n")
-        self.stream.flush()
+        if flush:
+            self.stream.flush()
         return record
 
     def ready(self, **fields: Any) -> dict[str, Any]:
