@@ -105,6 +105,39 @@ class _Sides:
         return True
 
 
+class _KernelLists:
+    """The address lists the live censor leaves to nftables (ip_blocklist,
+    ip_allowlist), checked once per flow by its server address and port."""
+
+    KINDS = ("ip_blocklist", "ip_allowlist")
+
+    def __init__(self, profile: Profile) -> None:
+        self.lists: dict[str, tuple[list[Any], set[int]]] = {}
+        for kind in self.KINDS:
+            params = profile.detectors.get(kind)
+            if params is None:
+                continue
+            nets = []
+            for a in params.get("addresses", []):
+                if isinstance(a, str) and a.startswith("role:"):
+                    raise ValueError(f"detectors.{kind}.addresses: {a!r} names a lab role; "
+                                     "give addresses (--set) to judge a capture")
+                nets.append(ipaddress.ip_network(a, strict=False))
+            self.lists[kind] = (nets, set(params.get("ports", [])))
+
+    def drops(self, server: str, port: int) -> str | None:
+        if not self.lists:
+            return None
+        addr = ipaddress.ip_address(server)
+        block = self.lists.get("ip_blocklist")
+        if block and any(addr in n for n in block[0]) and (not block[1] or port in block[1]):
+            return "ip_blocklist"
+        allow = self.lists.get("ip_allowlist")
+        if allow is not None and not any(addr in n for n in allow[0]):
+            return "ip_allowlist"
+        return None
+
+
 def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
            seed: int = 0) -> Iterator[FlowVerdict]:
     """Every flow of the capture with the censor's verdict, in order of first packet."""
@@ -116,6 +149,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
     pc = engine.packet_censor
     if pc is not None and (why := getattr(pc, "no_offline", None)):
         raise ValueError(f"profile {profile.name}: {why}; it has no offline mode")
+    kernel_lists = _KernelLists(profile)
     sides = _Sides(clients)
     flows: dict[FlowKey, FlowVerdict] = {}
     starts: dict[FlowKey, float] = {}
@@ -132,7 +166,13 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
                                            "client_port": key[3], "server_port": key[4]})
             starts[key] = ts
+            if (which := kernel_lists.drops(key[1], key[4])) is not None:
+                # Dropped by the kernel before any queue: the engine never sees it.
+                fv.verdict, fv.detector, fv.packet, fv.after_s = "drop", which, 1, 0.0
+                fv.would.append(f"drop in the kernel ({which})")
         fv.packets += 1
+        if fv.detector in _KernelLists.KINDS and fv.verdict == "drop":
+            continue
         now[0] = ts
         verdict = engine.handle(pkt, c2s)
         # Everything the engine reports for a packet is about that packet's flow.

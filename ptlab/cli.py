@@ -215,6 +215,8 @@ def _censor_pcap(args: argparse.Namespace) -> int:
             out.write(json.dumps(fv.to_json()) + "\n")
             flows += 1
             flagged += fv.verdict != "pass"
+    except BrokenPipeError:
+        raise  # `ptlab censor --pcap F | head`: the reader left (main handles it)
     except (PcapError, ValueError, OSError) as exc:
         return _die(f"censor --pcap: {exc}")
     finally:

@@ -86,3 +86,41 @@ def test_the_cli_writes_one_line_per_flow(capture, tmp_path):
                           "--pcap", str(tmp_path / "none.pcap")], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("ptlab: censor --pcap:")
+
+
+def test_the_cli_stops_quietly_when_its_reader_leaves(tmp_path):
+    """`ptlab censor --pcap F | head -1`: one line read, then the pipe closes while the
+    censor still has far more than a pipe's buffer (64 KiB) to write."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.utils import wrpcap
+
+    big = tmp_path / "many.pcap"
+    wrpcap(str(big), [IP(src="198.18.0.2", dst="198.18.5.2") / TCP(sport=1024 + i, dport=443,
+                                                                    flags="S")
+                      for i in range(3000)])
+    proc = subprocess.Popen([sys.executable, "-m", "ptlab", "censor", "--profile",
+                             "gfw-fet-2021", "--pcap", str(big)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"{")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"Broken pipe" not in err, err
+
+
+def test_the_kernels_address_lists_judge_offline_too(tmp_path):
+    from scapy.layers.inet import IP, TCP
+    from scapy.utils import wrpcap
+
+    pcap = tmp_path / "two.pcap"
+    wrpcap(str(pcap), [IP(src="198.18.0.2", dst=dst) / TCP(sport=40000, dport=443, flags="S")
+                       for dst in ("198.18.5.2", "198.18.7.2")])
+    block = load_profile("ip-blocklist", {"detectors": {"ip_blocklist": {
+        "addresses": ["198.18.5.0/24"]}}})
+    got = {v.flow["server"]: (v.verdict, v.detector) for v in replay(block, pcap)}
+    assert got == {"198.18.5.2": ("drop", "ip_blocklist"), "198.18.7.2": ("pass", None)}
+    allow = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
+        "addresses": ["198.18.7.2"]}}})
+    got = {v.flow["server"]: v.verdict for v in replay(allow, pcap)}
+    assert got == {"198.18.5.2": "drop", "198.18.7.2": "pass"}
+    with pytest.raises(ValueError, match="names a lab role"):
+        list(replay(load_profile("ip-blocklist"), pcap))
