@@ -29,6 +29,7 @@ from .vm.layout import VmLab
 
 WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
 DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
+QUIC_PORT = 443  # UDP: the QUIC echo, where HTTP/3 servers listen
 # The zone the lab resolver delegates to the bridge, for DNS tunnels.
 TUNNEL_ZONE = "tunnel.lab"
 # Benign sites behind the edge, and the names fronted transports will use.
@@ -161,6 +162,9 @@ class LabServices:
                                *_flag("--udp-listen", self.listen("web", UDP_PORT))],
              READY_PATTERN),
             ("sshd", "web", list(self.sshd.argv), SSHD_READY),
+            ("quic", "web", [*py, "ptlab.services.quicecho",
+                             "--tls-cert", str(web_cert), "--tls-key", str(web_key),
+                             *_listen(self.listen("web", QUIC_PORT))], READY_PATTERN),
         ]
         if self.isp_servers:
             specs += [
@@ -226,6 +230,7 @@ class LabServices:
             ssh=(lab.addr("web"), self.ssh_port),
             binary=(lab.addr("web"), BINARY_PORT),
             udp=(lab.addr("web"), UDP_PORT),
+            quic=[(lab.addr("web"), QUIC_PORT, "web.lab", ca)],
             binary_extra=[(ISP_SERVER, BINARY_PORT)] if self.isp_servers else [],
         )
 

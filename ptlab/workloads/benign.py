@@ -4,7 +4,7 @@ A censor is judged not only by what it blocks but by what it breaks on the
 way (docs/architecture.md §3.5, the result row). This workload runs a handful of real,
 innocent flows from the client namespace - HTTPS (TLS 1.3, certificate checked
 against the lab CA), plain HTTP, DNS over UDP and TCP, SSH, a binary TCP
-protocol and a UDP echo - all at once, and records which got through. A flow
+protocol, a UDP echo and a QUIC echo - all at once, and records which got through. A flow
 that times out, is reset or returns the wrong bytes counts as blocked.
 
 Every flow except SSH uses sockets made inside the client namespace
@@ -59,6 +59,8 @@ class BenignTargets:
     ssh: tuple[str, int] | None = None
     binary: tuple[str, int] | None = None
     udp: tuple[str, int] | None = None  # the UDP echo
+    # (ip, port, sni, ca_path): QUIC v1 echoes (ptlab.services.quicecho)
+    quic: list[tuple[str, int, str, str]] = field(default_factory=list)
     # More binary-protocol servers (the ISP's own servers beside Conjure's phantoms).
     binary_extra: list[tuple[str, int]] = field(default_factory=list)
 
@@ -78,6 +80,8 @@ class BenignTargets:
             out[(TCP, ip, port)] = "binary"
         if self.udp is not None:
             out[(UDP, *self.udp)] = "udp-echo"
+        for ip, port, *_ in self.quic:
+            out[(UDP, ip, port)] = "quic"
         return out
 
     def unbound_destinations(self) -> list[tuple[int, str, int]]:
@@ -278,6 +282,44 @@ async def _udp_echo(ns: str | None, ip: str, port: int, timeout: float) -> None:
     await _udp_exchange(ns, ip, port, payload, timeout, lambda d: d == payload)
 
 
+async def quic_echo(ns: str | None, ip: str, port: int, sni: str, ca: str,
+                    size: int = 3000) -> None:
+    """A QUIC v1 connection naming `sni` (certificate checked against `ca`), one
+    stream of `size` random bytes echoed back intact. Its Initial is padded to
+    1,200 bytes, as every QUIC client's is (RFC 9000 §14.1)."""
+    from aioquic.asyncio import QuicConnectionProtocol
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.connection import QuicConnection
+
+    from ptlab.services.quicecho import ALPN
+
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=ALPN, server_name=sni)
+    cfg.load_verify_locations(ca)
+    loop = asyncio.get_running_loop()
+    sock = await asyncio.to_thread(ns_socket, ns, family_of(ip), socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    try:
+        _bind_benign_port(sock)
+        transport, proto = await loop.create_datagram_endpoint(
+            lambda: QuicConnectionProtocol(QuicConnection(configuration=cfg)), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        proto.connect((ip, port))
+        await proto.wait_connected()
+        reader, writer = await proto.create_stream()
+        payload = secrets.token_bytes(size)
+        writer.write(payload)
+        writer.write_eof()
+        got = await reader.read()
+        if got != payload:
+            raise FlowError(f"quic echo: {len(got)} bytes back of {size}, or altered")
+    finally:
+        proto.close()
+        transport.close()
+
+
 async def ssh_session(ns: str | None, ip: str, port: int, files: SshdFiles | None,
                       timeout: float) -> None:
     """A real OpenSSH login to the lab's sshd that runs one command and checks its output."""
@@ -355,4 +397,8 @@ async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout:
         uip, uport = targets.udp
         jobs.append(_timed("udp-echo", format_hostport(uip, uport), timeout,
                            lambda: _udp_echo(ns, uip, uport, timeout)))
+    for qip, qport, sni, ca in targets.quic:
+        jobs.append(_timed("quic", f"{sni}@{format_hostport(qip, qport)}", timeout,
+                           lambda qip=qip, qport=qport, sni=sni, ca=ca:
+                           quic_echo(ns, qip, qport, sni, ca)))
     return list(await asyncio.gather(*jobs))

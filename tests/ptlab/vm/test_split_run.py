@@ -141,7 +141,7 @@ def test_the_split_gives_the_namespace_labs_rows(runs):
         assert compare(split[cell], row) == [], cell
         assert dataclasses.asdict(split[cell]).keys() == dataclasses.asdict(row).keys()
     assert lab[("obfs4", "ip-blocklist")].detector == "ip_blocklist"
-    assert lab[("direct", "none")].benign_total == 9 and lab[("direct", "none")].collateral == 0
+    assert lab[("direct", "none")].benign_total == 10 and lab[("direct", "none")].collateral == 0
 
 
 def test_traffic_crossed_the_censor_machine_between_client_and_servers(runs):

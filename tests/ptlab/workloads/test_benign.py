@@ -82,6 +82,8 @@ def test_benign_mix_in_lab_and_under_a_block(tmp_path: Path) -> None:
                              str(tmp_path / "edge.json"), "--listen", f"{cdn}:443",
                              "--tls-cert", str(edge_cert), "--tls-key", str(edge_key)], ready),
             ("sshd", "web", list(ssh.argv), READY_MARKER),
+            ("quic", "web", [*PY, "ptlab.services.quicecho", "--listen", f"{web}:443",
+                             "--tls-cert", str(web_cert), "--tls-key", str(web_key)], ready),
         ]
         procs: list[LabProcess] = []
         try:
@@ -97,11 +99,13 @@ def test_benign_mix_in_lab_and_under_a_block(tmp_path: Path) -> None:
                 http=[(web, 80, "web.lab")],
                 dns=(svc, 53), dns_name="web.lab",
                 ssh=(web, 22), binary=(web, 7000), udp=(web, 7001),
+                quic=[(web, 443, "web.lab", ca_path)],
             )
             client = lab.ns("client")
             results = asyncio.run(run_benign_mix(client, targets, timeout=5.0, ssh=ssh))
             assert sorted(r.kind for r in results) == sorted(
-                ["https", "https", "http", "dns-udp", "dns-tcp", "ssh", "binary", "udp-echo"])
+                ["https", "https", "http", "dns-udp", "dns-tcp", "ssh", "binary", "udp-echo",
+                 "quic"])
             assert [r for r in results if not r.ok] == []
             assert collateral_share(results) == 0.0
             # No NAT in the lab: STUN reflects the client's own address.
@@ -111,6 +115,9 @@ def test_benign_mix_in_lab_and_under_a_block(tmp_path: Path) -> None:
             [wrong] = asyncio.run(run_benign_mix(client, BenignTargets(
                 https=[(cdn, 443, SITE, str(other.ca_path))]), timeout=3.0))
             assert not wrong.ok and "certificate" in (wrong.error or "")
+            [wrong_quic] = asyncio.run(run_benign_mix(client, BenignTargets(
+                quic=[(web, 443, "web.lab", str(other.ca_path))]), timeout=3.0))
+            assert not wrong_quic.ok
 
             # The censor drops everything to and from the web node.
             lab.exec("censor", ["nft", "-f", "-"], input=(
@@ -125,11 +132,11 @@ def test_benign_mix_in_lab_and_under_a_block(tmp_path: Path) -> None:
             blocked = {k for k, r in by.items() if not r.ok}
             assert blocked == {("https", "web.lab"), ("http", "web.lab"),
                                ("ssh", f"{web}:22"), ("binary", f"{web}:7000"),
-                               ("udp-echo", f"{web}:7001")}
+                               ("udp-echo", f"{web}:7001"), ("quic", "web.lab")}
             assert all(r.error and "timeout" in r.error for r in results if not r.ok)
             # The edge reaches the web node behind the censor, and DNS is elsewhere.
             assert by[("https", SITE)].ok and by[("dns-udp", "web.lab")].ok
-            assert collateral_share(results) == pytest.approx(5 / 8)
+            assert collateral_share(results) == pytest.approx(6 / 9)
         finally:
             for p in reversed(procs):
                 p.stop()
