@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 from typing import Any
 
 from ptcommon.events import EventLog
 from ptlab.service_main import ConfigError, run_service
-from ptlab.services.netutil import format_hostport, parse_hostport
+from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport
 
 COMPONENT = "quicecho"
 ALPN = ["h3"]
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace, events: EventLog, stop: asyncio.Event) -> None:
-    from aioquic.asyncio import serve as quic_serve
+    from aioquic.asyncio.server import QuicServer
     from aioquic.quic.configuration import QuicConfiguration
 
     if not args.listen:
@@ -71,16 +72,22 @@ async def serve(args: argparse.Namespace, events: EventLog, stop: asyncio.Event)
         cfg.load_cert_chain(args.tls_cert, args.tls_key)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--tls-cert/--tls-key: {exc}") from None
-    servers = []
+    loop = asyncio.get_running_loop()
+    protocol = _protocol_class()
+    transports = []
     try:
         for host, port in (parse_hostport(x) for x in args.listen):
-            servers.append(await quic_serve(host, port, configuration=cfg,
-                                            create_protocol=_protocol_class()))
+            # Our own sockets (IPv6 ones v6-only), as the lab's other services bind:
+            # aioquic's serve() would make "::" dual-stack and collide with 0.0.0.0.
+            sock = bind_socket(host, port, socket.SOCK_DGRAM)
+            tr, _ = await loop.create_datagram_endpoint(
+                lambda: QuicServer(configuration=cfg, create_protocol=protocol), sock=sock)
+            transports.append(tr)
         events.emit("ready", listen=[format_hostport(*parse_hostport(x)) for x in args.listen])
         await stop.wait()
     finally:
-        for s in servers:
-            s.close()
+        for tr in transports:
+            tr.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,7 +151,8 @@ def _targets(d: dict[str, Any]) -> BenignTargets:
                          http=[tuple(x) for x in d["http"]],  # type: ignore[misc]
                          dns=pairs(d["dns"]), dns_name=d["dns_name"], dns_type=d["dns_type"],
                          ssh=pairs(d["ssh"]), binary=pairs(d["binary"]), udp=pairs(d["udp"]),
-                         binary_extra=[tuple(x) for x in d["binary_extra"]])  # type: ignore[misc]
+                         binary_extra=[tuple(x) for x in d["binary_extra"]],  # type: ignore[misc]
+                         quic=[tuple(x) for x in d.get("quic", [])])  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,3 +71,19 @@ def test_the_client_command_says_what_is_wrong_with_its_config(tmp_path, capsys)
     bad.write_text(json.dumps({"endpoint": {}, "plan": {}}))
     assert main([str(bad)]) == 2
     assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_the_benign_targets_survive_the_client_hosts_config():
+    """A VM's client host gets the mix as JSON: every class must come back (the QUIC
+    flow was once dropped on the way)."""
+    import dataclasses
+
+    from ptlab.workloads.benign import BenignTargets
+    from ptlab.workloads.cell import _targets
+
+    t = BenignTargets(https=[("198.18.4.2", 443, "www.benign.lab", "/ca.pem")],
+                      http=[("198.18.7.2", 80, "web.lab")], dns=("198.18.8.2", 53),
+                      ssh=("198.18.7.2", 22), binary=("198.18.7.2", 7000),
+                      udp=("198.18.7.2", 7001), binary_extra=[("198.18.6.9", 7000)],
+                      quic=[("198.18.7.2", 443, "web.lab", "/ca.pem")])
+    assert _targets(json.loads(json.dumps(dataclasses.asdict(t)))) == t
