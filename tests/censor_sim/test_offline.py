@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 
@@ -124,3 +125,21 @@ def test_the_kernels_address_lists_judge_offline_too(tmp_path):
     assert got == {"198.18.5.2": "drop", "198.18.7.2": "pass"}
     with pytest.raises(ValueError, match="names a lab role"):
         list(replay(load_profile("ip-blocklist"), pcap))
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv")
+def test_the_cli_needs_no_privilege(capture, tmp_path):
+    """With every capability dropped (no CAP_NET_ADMIN, no raw sockets), a capture is
+    judged all the same."""
+    drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+    caps = subprocess.run([*drop, sys.executable, "-c",
+                           "print([l for l in open('/proc/self/status') if "
+                           "l.startswith('CapEff')][0])"],
+                          capture_output=True, text=True, timeout=30)
+    assert caps.stdout.split() == ["CapEff:", "0000000000000000"], caps
+    out = tmp_path / "v.jsonl"
+    proc = subprocess.run([*drop, sys.executable, "-m", "ptlab", "censor", "--profile",
+                           "gfw-fet-2021", "--set", json.dumps(FET_P1), "--pcap", str(capture),
+                           "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert len(out.read_text().splitlines()) == 5
