@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -16,3 +18,64 @@ def test_every_package_is_listed_for_setuptools():
              for top in TOP for p in (ROOT / top).rglob("__init__.py")}
     assert found - listed == set(), "packages a wheel would leave out"
     assert listed - found == set(), "listed packages that do not exist"
+
+
+# The lab's own dependencies (pyproject's [lab] extra), by their top-level modules.
+# dnspython is not among them: aiortc's ICE (aioice) needs it too.
+LAB_MODULES = ("scapy", "netfilterqueue", "sklearn", "matplotlib", "rich", "aioquic",
+               "pandas")
+BLOCKER = f"""
+import importlib.abc, runpy, sys
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {LAB_MODULES!r}:
+            raise ImportError("lab module imported: " + name)
+sys.meta_path.insert(0, Blocker())
+"""
+
+
+def run_without_lab(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCKER + code], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_the_proxy_and_ptlab_pt_import_nothing_from_the_lab():
+    """What a volunteer installs has no [lab] extra: the proxy, `ptlab pt` and every
+    transport it serves must run without scapy, NetfilterQueue, scikit-learn and the
+    rest."""
+    got = run_without_lab("""
+from transports import base
+for name in base.names():
+    base.get(name)
+import transports.pt.managed, transports.snowflake.proxy_cli
+sys.argv = ["ptlab", "pt", "--help"]
+try:
+    runpy.run_module("ptlab", run_name="__main__")
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+print("ok", len(base.names()))  # every registered transport
+""")
+    from transports.base import names
+
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.splitlines()[-1] == f"ok {len(names())}"
+    # The blocker bites: a lab module is refused.
+    assert "lab module imported: scapy" in run_without_lab("import scapy").stderr
+
+
+def test_the_proxy_runs_without_the_lab():
+    """Started against a broker that is not there, it stays up (polling, backing off)
+    with no lab module anywhere."""
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKER + """
+sys.argv = ["ptlab", "snowflake-proxy", "-broker", "http://127.0.0.1:9/",
+            "-relay", "ws://127.0.0.1:9/", "-allow-non-tls-relay"]
+runpy.run_module("ptlab", run_name="__main__")
+"""], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        out, err = proc.communicate(timeout=4)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+        assert "lab module imported" not in err, err[-2000:]
+        return
+    raise AssertionError(f"the proxy exited ({proc.returncode}): {err[-2000:]}")
