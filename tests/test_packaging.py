@@ -79,3 +79,39 @@ runpy.run_module("ptlab", run_name="__main__")
         assert "lab module imported" not in err, err[-2000:]
         return
     raise AssertionError(f"the proxy exited ({proc.returncode}): {err[-2000:]}")
+
+
+def test_the_wheel_installs_from_wheels_alone_and_the_proxy_starts(tmp_path):
+    """A volunteer's install: our wheel into a fresh venv with --only-binary=:all: (no
+    compiler, no sdists), then the proxy's help and every transport import. Prints the
+    venv's size beside the lab's."""
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
+                    str(ROOT)], check=True, capture_output=True, timeout=300)
+    [wheel] = wheels.glob("ptlab-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--only-binary=:all:",
+                           str(wheel)], capture_output=True, text=True, timeout=900)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    helped = subprocess.run([str(venv / "bin" / "ptlab"), "snowflake-proxy", "-h"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "-broker" in helped.stdout + helped.stderr, helped.stderr[-2000:]
+    imported = subprocess.run([str(py), "-c", """
+import importlib.util, sys
+from transports import base
+for name in base.names():
+    base.get(name)
+import transports.snowflake.proxy_cli
+lab = [m for m in ("scapy", "netfilterqueue", "sklearn", "matplotlib", "aioquic")
+       if importlib.util.find_spec(m)]
+print("lab modules installed:", lab)
+sys.exit(1 if lab else 0)
+"""], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert imported.returncode == 0, imported.stdout + imported.stderr[-2000:]
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+    print(f"volunteer venv {size(venv) / 2**20:.0f} MiB; "
+          f"the lab's {size(Path(sys.prefix)) / 2**20:.0f} MiB")
