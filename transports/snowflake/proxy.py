@@ -50,6 +50,9 @@ class ProxyConfig:
     keep_local_addresses: bool = False
     capacity: int = 0  # 0: unlimited
     poll_interval_s: float = 5.0
+    # After consecutive failed polls (broker unreachable or answering errors) the
+    # wait doubles from poll_interval_s up to this, and logging thins out with it.
+    backoff_max_s: float = 300.0
     datachannel_timeout_s: float = 20.0
     inactivity_timeout_s: float = 30.0
     broker_timeout_s: float = 30.0
@@ -69,6 +72,7 @@ class ProxyStats:
     outbound_bytes: int = 0  # from the relay toward the client
     refused_relays: int = 0
     polls: int = 0
+    broker_errors: int = 0  # failed polls (unreachable, HTTP errors, bad replies)
 
     def prometheus(self) -> str:
         """Tor's 2.14 proxy metrics, in the Prometheus text format."""
@@ -115,6 +119,7 @@ class SnowflakeProxy:
                 await self.check_nat()  # as Tor's proxy does, before the first poll
                 if self.config.nat_retest_interval_s > 0:
                     retest = asyncio.create_task(self._retest_nat(stop))
+            failures = 0
             try:
                 while not stop.is_set():
                     t0 = time.monotonic()
@@ -125,8 +130,17 @@ class SnowflakeProxy:
                     try:
                         resp = await self.poll(sid)
                     except (aiohttp.ClientError, OSError, m.MessageError, TimeoutError) as exc:
-                        log.warning("error polling broker: %s", exc)
-                        resp = None
+                        failures += 1
+                        self.stats.broker_errors += 1
+                        if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: no log flood
+                            log.warning("error polling broker (%d in a row): %s", failures, exc)
+                        wait = min(self.config.poll_interval_s * 2 ** min(failures, 20),
+                                   max(self.config.backoff_max_s, self.config.poll_interval_s))
+                        await _sleep_or_stop(stop, max(0.0, wait - (time.monotonic() - t0)))
+                        continue
+                    if failures:
+                        log.info("broker reachable again after %d failed polls", failures)
+                        failures = 0
                     if resp is not None:
                         if resp.next_poll_ms is not None:
                             wait = max(1.0, resp.next_poll_ms / 1000)

@@ -73,3 +73,56 @@ def test_prometheus_names_follow_tor():
     assert "tor_snowflake_proxy_connections_total 2" in text
     assert "tor_snowflake_proxy_traffic_inbound_bytes_total 10" in text
     assert "# TYPE tor_snowflake_proxy_connection_timeouts_total counter" in text
+
+
+async def test_the_proxy_backs_off_while_the_broker_is_down_and_recovers(caplog):
+    """The broker answers errors, then comes back: polls thin out (doubling waits up to
+    backoff_max_s), log lines only at 1, 2, 4, ... failures, and once it is back the
+    proxy polls at its interval and takes the next client."""
+    import logging
+    import time
+
+    down = True
+    times: list[float] = []
+    replies = [m.ProxyPollResponse(m.STATUS_MATCH, OFFER, "unknown", "wss://evil.example/", 10)]
+
+    async def proxy_ep(request: web.Request) -> web.Response:
+        times.append(time.monotonic())
+        await request.read()
+        if down:
+            return web.Response(status=503, text="down for maintenance")
+        reply = replies.pop(0) if replies else m.ProxyPollResponse(m.STATUS_NO_MATCH,
+                                                                    next_poll_ms=10)
+        return web.Response(body=reply.encode())
+
+    app = web.Application()
+    app.router.add_post("/proxy", proxy_ep)
+    server = TestServer(app)
+    await server.start_server()
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=0.05,
+                      backoff_max_s=0.4, nat_probe_url="")
+    proxy = SnowflakeProxy(cfg)
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO, logger="snowflake-proxy")
+    task = asyncio.create_task(proxy.run(stop))
+    await asyncio.sleep(2.0)
+    down_polls = len(times)
+    gaps = [round(b - a, 2) for a, b in zip(times, times[1:], strict=False)]
+    down = False
+    for _ in range(100):
+        if proxy.stats.refused_relays:
+            break
+        await asyncio.sleep(0.02)
+    recovered_after = time.monotonic() - times[down_polls - 1]
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await server.close()
+    # Without backoff, 2 s at 0.05 s would be 40 polls; doubling to 0.4 s gives ~8.
+    assert 5 <= down_polls <= 10, gaps
+    assert gaps[0] < gaps[2] and max(gaps) <= 0.5, gaps  # doubling, capped
+    assert proxy.stats.broker_errors == down_polls
+    warnings = [r for r in caplog.records if "error polling broker" in r.getMessage()]
+    assert len(warnings) <= 4, [r.getMessage() for r in warnings]  # 1, 2, 4, 8 only
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+    # Back: it polled within one capped wait and handled the next client's offer.
+    assert recovered_after <= 0.5 + 0.5 and proxy.stats.refused_relays == 1
