@@ -168,16 +168,18 @@ def test_citation_check(tree: Path, text: str, expect: list[str]):
 # The checker's bad examples, built from parts so that this file itself carries
 # no off-tree citation or machine path.
 OLD_NOTE, OLD_PAGE = "censors" + ".md", "snowflake" + ".md"
-WORK, SHARED, ROOT_DIR, HOME = "/" + "work", ".." + "/shared", "/" + "root/", "/" + "home/"
+WORK, SHARED, ROOT_DIR, HOME = "/" + "wo" + "rk", ".." + "/sha" + "red", "/" + "ro" + "ot/", \
+    "/" + "ho" + "me/"
+REFS = "sha" + "red/" + "proto" + "cols"
 
 
 @pytest.mark.parametrize(("text", "in_docs", "bad"), [
     (f"({OLD_NOTE} §2.1)", False, True),
     (f"({OLD_PAGE} §3)", True, False),  # a relative page name inside docs/
     (f"docs/transports/{OLD_PAGE} §3", False, False),
-    (f"``{WORK}/shared/protocols/{OLD_NOTE}``", False, True),
-    (f"``{WORK}/shared/protocols/{OLD_NOTE}``", True, True),
-    (f"recipe: {SHARED}/protocols/x", False, True),
+    (f"``{WORK}/{REFS}/{OLD_NOTE}``", False, True),
+    (f"``{WORK}/{REFS}/{OLD_NOTE}``", True, True),
+    (f"recipe: {SHARED}/proto" + "cols/x", False, True),
     (f"a key in {ROOT_DIR}.ssh", False, True),
     (f"{HOME}alice/ptlab", False, True),
     ("/run/ptlab and /tmp/x", False, False),
