@@ -305,17 +305,17 @@ def rst_for(pkt: Packet, c2s: bool, flow: Flow, cfg: dict[str, Any],
         return []
     end = pkt.seq + (0 if dropped else len(pkt.payload))
     # The sender of pkt expects pkt.ack next from its peer; the peer expects `end`.
-    window = int(cfg.get("window", 8192)) if not isinstance(cfg.get("window"), list) else 8192
+    # Addresses and numbers only: flags, window, TTL and the rest are the shape's.
     if c2s:
         to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
-                              seq=pkt.ack, ack=end, window=window)
+                              seq=pkt.ack, ack=end)
         to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
-                              seq=end, ack=pkt.ack, window=window)
+                              seq=end, ack=pkt.ack)
     else:
         to_client = InjectTcp(flow.server, flow.client, flow.server_port, flow.client_port,
-                              seq=end, ack=pkt.ack, window=window)
+                              seq=end, ack=pkt.ack)
         to_server = InjectTcp(flow.client, flow.server, flow.client_port, flow.server_port,
-                              seq=pkt.ack, ack=end, window=window)
+                              seq=pkt.ack, ack=end)
     rng = rng or random.Random(0)
     out: list[InjectTcp] = []
     for shape in rstprints.presets(cfg):

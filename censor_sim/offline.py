@@ -112,18 +112,19 @@ class _KernelLists:
     KINDS = ("ip_blocklist", "ip_allowlist")
 
     def __init__(self, profile: Profile) -> None:
+        from .datapath import Blocklist, DatapathError
+
         self.lists: dict[str, tuple[list[Any], set[int]]] = {}
         for kind in self.KINDS:
-            params = profile.detectors.get(kind)
-            if params is None:
+            if kind not in profile.detectors:
                 continue
-            nets = []
-            for a in params.get("addresses", []):
-                if isinstance(a, str) and a.startswith("role:"):
-                    raise ValueError(f"detectors.{kind}.addresses: {a!r} names a lab role; "
-                                     "give addresses (--set) to judge a capture")
-                nets.append(ipaddress.ip_network(a, strict=False))
-            self.lists[kind] = (nets, set(params.get("ports", [])))
+            try:  # the same parsing (and refusals) as the live censor's nftables sets
+                bl = Blocklist.from_params(profile.detectors[kind])
+            except DatapathError as exc:
+                raise ValueError(f"detectors.{kind}.addresses: {exc} (give addresses with "
+                                 "--set to judge a capture)") from None
+            nets = [ipaddress.ip_network(a) for a in bl.v4 + bl.v6]
+            self.lists[kind] = (nets, set(bl.ports))
 
     def drops(self, server: str, port: int) -> str | None:
         if not self.lists:

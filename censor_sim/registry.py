@@ -51,10 +51,9 @@ class GenevaDetector:
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
-        kw = params.get("keyword", b"ultrasurf")
         try:
             self.censor = geneva.make(params["censor"],
-                                      keyword=kw.encode() if isinstance(kw, str) else kw,
+                                      keyword=params.get("keyword", b"ultrasurf"),
                                       port=params.get("port") or None,
                                       censor_ip=params.get("censor_ip"))
         except KeyError:

@@ -123,7 +123,7 @@ def test_the_kernels_address_lists_judge_offline_too(tmp_path):
         "addresses": ["198.18.7.2"]}}})
     got = {v.flow["server"]: v.verdict for v in replay(allow, pcap)}
     assert got == {"198.18.5.2": "drop", "198.18.7.2": "pass"}
-    with pytest.raises(ValueError, match="names a lab role"):
+    with pytest.raises(ValueError, match="unresolved blocklist entry 'role:bridge'"):
         list(replay(load_profile("ip-blocklist"), pcap))
 
 
