@@ -107,6 +107,9 @@ class Engine:
             acts = r["action"] if isinstance(r["action"], list) else [r["action"]]
             self.rules[r["detector"]] = Rule(r["detector"], acts, float(r.get("probability", 1)))
         self.actions: dict[str, dict[str, Any]] = p.actions
+        # The RST shapes, resolved (and a bad fingerprint name refused) when the
+        # profile loads, not at the first forgery.
+        self.rst_shapes = rstprints.presets(self.actions.get("rst", {}))
         dp = p.datapath
         self.flows = FlowTable(self.clock, idle_s=float(dp.get("flow_idle_s", 120)),
                                max_flows=int(dp.get("max_flows", 65536)),
@@ -162,10 +165,8 @@ class Engine:
             if res != DONE:
                 v = self._matched(flow, pkt, c2s, res)
                 if v is not None:
-                    flow.done.update(i.name for i in finished)
                     return v
         if finished:
-            flow.done.update(i.name for i in finished)
             flow.active = [i for i in active if i not in finished]
         if pending:
             return Verdict()
@@ -246,13 +247,13 @@ class Engine:
             v.passthrough = not v.drop
             v.flow = v.flow or "accept"
         elif act == "rst":
-            v.inject += rst_for(pkt, c2s, flow, cfg, dropped=v.drop, rng=self.rng)
+            v.inject += rst_for(pkt, c2s, flow, self.rst_shapes, dropped=v.drop, rng=self.rng)
             if cfg.get("drop_trigger", False):
                 v.drop = self.in_path
         elif act == "throttle":
             v.flow = "throttle"
         elif act in ("freeze", "loss"):
-            v.flow = act  # the kernel drops the server's packets past actions.freeze.bytes
+            v.flow = act  # enforced by the kernel on the flow's mark (datapath.ruleset)
         elif act == "inject_dns":
             from .detectors import dns
 
@@ -297,10 +298,10 @@ class Engine:
         return v
 
 
-def rst_for(pkt: Packet, c2s: bool, flow: Flow, cfg: dict[str, Any],
+def rst_for(pkt: Packet, c2s: bool, flow: Flow, shapes: list[dict[str, Any]],
             dropped: bool, rng: random.Random | None = None) -> list[InjectTcp]:
-    """Forged RSTs for the flow of `pkt`, landing in each receiver's window, shaped
-    as ``cfg`` says (a measured injector's fingerprint: censor_sim.rstprints)."""
+    """Forged RSTs for the flow of `pkt`, landing in each receiver's window, in each
+    of `shapes` (``rstprints.presets``: a measured injector's fingerprint)."""
     if pkt.proto != TCP or not pkt.flags & ACK:
         return []
     end = pkt.seq + (0 if dropped else len(pkt.payload))
@@ -318,7 +319,7 @@ def rst_for(pkt: Packet, c2s: bool, flow: Flow, cfg: dict[str, Any],
                               seq=pkt.ack, ack=end)
     rng = rng or random.Random(0)
     out: list[InjectTcp] = []
-    for shape in rstprints.presets(cfg):
+    for shape in shapes:
         to = shape.get("to", "both")
         if to in ("client", "both"):
             out += rstprints.forge(shape, to_client, rng)

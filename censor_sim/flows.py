@@ -64,10 +64,10 @@ class Flow(KeyedFlow):
     # detection says which data packet it fired on, and how long after the first.
     c2s_data_packets: int = 0
     first_data: float | None = None
-    # Per-detector scratch state and which detectors are finished with this flow.
+    # Per-detector scratch state.
     state: dict[str, Any] = field(default_factory=dict)
-    done: set[str] = field(default_factory=set)
-    # The engine's inspectors still asking about this flow (None until its first packet).
+    # The engine's inspectors still asking about this flow (None until its first packet);
+    # one that is finished with it is no longer here.
     active: list[Any] | None = None
     decided: str | None = None
 

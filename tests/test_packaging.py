@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -85,9 +86,13 @@ def test_the_wheel_installs_from_wheels_alone_and_the_proxy_starts(tmp_path):
     """A volunteer's install: our wheel into a fresh venv with --only-binary=:all: (no
     compiler, no sdists), then the proxy's help and every transport import. Prints the
     venv's size beside the lab's."""
-    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    wheels, venv, src = tmp_path / "wheels", tmp_path / "venv", tmp_path / "src"
+    # Built from a clean copy: setuptools builds in the source tree, and a stale
+    # build/ there could slip removed modules into the wheel.
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "results", "*.egg-info", "__pycache__", "*.pcap"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                    str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(src)], check=True, capture_output=True, timeout=300)
     [wheel] = wheels.glob("ptlab-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

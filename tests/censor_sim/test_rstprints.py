@@ -65,6 +65,11 @@ def test_explicit_keys_override_a_fingerprint_and_unknown_names_are_refused():
     assert (shape["ttl"], shape["to"], shape["ip_id"]) == (200, "client", [0x9916, 0x9933])
     with pytest.raises(ValueError, match="unknown 'gfw-iv'"):
         rstprints.presets({"fingerprints": ["gfw-iv"]})
+    # ... when the profile loads, not at the first forgery.
+    from censor_sim.engine import unsupported
+
+    bad = load_profile("gfw-sni-rst-2025", {"actions": {"rst": {"fingerprints": ["gfw-iv"]}}})
+    assert "unknown 'gfw-iv'" in (unsupported(bad) or "")
     # No fingerprint: the lab's old default (three RSTs both ways) is unchanged.
     assert rstprints.presets({}) == [{"count": 3, "flags": "R", "to": "both"}]
 
