@@ -113,9 +113,8 @@ class Throttle:
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
             stateful_blocklist: bool | None = None, freeze_bytes: int | None = None,
-            freeze_iface: str | None = None, allowlist: Blocklist | None = None,
-            inside: str | None = None, loss_percent: float | None = None,
-            skip_empty_tcp: bool = False) -> str:
+            allowlist: Blocklist | None = None, inside: str | None = None,
+            loss_percent: float | None = None, skip_empty_tcp: bool = False) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -205,7 +204,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
         # delivered at most freeze_bytes (IP bytes) when its packets start to vanish.
         # What vanishes is what goes to the client: for TCP that is the reply
         # direction; a WebRTC flow's conntrack direction is whoever sent first.
-        to_client = (f'oifname "{freeze_iface}" ' if freeze_iface
+        to_client = (f'oifname "{inside}" ' if inside
                      else "ct direction reply ")
         post.append(f"{to_client}ct mark & {MARK_MASK:#x} == {MARK_FREEZE:#x} "
                     f"ct reply bytes > {int(freeze_bytes)} counter name freeze_drop drop")
@@ -284,8 +283,8 @@ def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
             inside: str | None = None, loss_percent: float | None = None) -> None:
     _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
                                     servers=servers, freeze_bytes=freeze_bytes,
-                                    freeze_iface=queue.inside if queue else None,
-                                    allowlist=allowlist, inside=inside,
+                                    allowlist=allowlist,
+                                    inside=inside or (queue.inside if queue else None),
                                     loss_percent=loss_percent,
                                     skip_empty_tcp=bool(queue and queue.skip_empty_tcp)))
     if queue is not None:

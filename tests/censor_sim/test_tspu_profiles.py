@@ -86,7 +86,7 @@ def test_tspu_freeze_2025_marks_tls13_to_listed_ranges_only():
 def test_the_kernel_rule_drops_only_the_servers_packets_past_the_byte_count():
     from censor_sim import datapath
 
-    rules = datapath.ruleset(None, freeze_bytes=16384, freeze_iface="ptlc-in")
+    rules = datapath.ruleset(None, freeze_bytes=16384, inside="ptlc-in")
     assert ('oifname "ptlc-in" ct mark & 0x70 == 0x30 ct reply bytes > 16384 '
             "counter name freeze_drop drop") in rules
     assert "freeze_drop drop" not in datapath.ruleset(None)
