@@ -226,11 +226,7 @@ class QuicSniInspector(Inspector):
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
-        try:
-            self.as_of = date.fromisoformat(str(params.get("as_of", "2025-06-01")))
-        except ValueError:
-            raise ValueError(f"detectors.{name}.as_of: a date as YYYY-MM-DD, "
-                             f"not {params.get('as_of')!r}") from None
+        self.as_of = _as_of(name, params, "2025-06-01")
         self.active = self.as_of >= self.BEGAN
         self.inbound = self.as_of < self.OUTBOUND_ONLY_FROM
 
@@ -570,10 +566,7 @@ class IranUdpInspector(Inspector):
         if self.isp not in iran.UDP_BY_ISP:
             raise ValueError(f"detectors.{name}.isp: one of {', '.join(iran.UDP_BY_ISP)}, "
                              f"not {self.isp!r}")
-        try:
-            self.as_of = date.fromisoformat(str(params.get("as_of", "2026-01-01")))
-        except ValueError:
-            raise ValueError(f"detectors.{name}.as_of: a date as YYYY-MM-DD") from None
+        self.as_of = _as_of(name, params, "2026-01-01")
 
     def inspect(self, flow, pkt, c2s):
         if flow.packets > 1 or not c2s or flow.server_port == 53:
@@ -701,6 +694,15 @@ class TlsInTlsInspector(Inspector):
             return DONE
         return Match(self.name, {"model": self.model.name, **d.to_json(),
                                  "rtt_ms": None if rtt is None else round(rtt * 1e3, 3)})
+
+
+def _as_of(name: str, params: dict[str, Any], default: str) -> date:
+    """A dated model's ``as_of`` parameter (the day whose rules it applies)."""
+    try:
+        return date.fromisoformat(str(params.get("as_of", default)))
+    except ValueError:
+        raise ValueError(f"detectors.{name}.as_of: a date as YYYY-MM-DD, "
+                         f"not {params.get('as_of')!r}") from None
 
 
 def _is_stun(data: bytes) -> bool:
