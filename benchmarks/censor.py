@@ -72,6 +72,16 @@ def start_censor(lab: Lab, tmp: Path, profile: str, overrides: dict) -> LabProce
     return p
 
 
+def start_floor(lab: Lab, tmp: Path) -> LabProcess:
+    """The NFQUEUE floor (benchmarks/nfqueue_floor.py) in the censor's namespace."""
+    script = Path(__file__).resolve().parent / "nfqueue_floor.py"
+    p = LabProcess(lab.ns("censor"), [sys.executable, str(script), lab.iface("censor", "client"),
+                                      lab.iface("censor", "inet")],
+                   "floor", tmp / "floor.log").start()
+    p.wait_log('"event": "ready"', timeout=20)
+    return p
+
+
 def final_counters(p: LabProcess) -> dict:
     p.stop(timeout=5)
     for line in reversed(p.log_text().splitlines()):
@@ -362,7 +372,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", choices=("offline", "forwarding", "flows"),
+                    help="run one part of the benchmark (default: all)")
     args = ap.parse_args()
+    if args.only in (None, "offline"):
+        offline_parts()
+    if args.only == "offline":
+        return 0
+    live_parts(args)
+    return 0
+
+
+def offline_parts() -> None:
+    """Parts 2–4: the classifiers, issue 22's detectors and pcap mode, one core."""
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
         print(f"  {k:28s} {v:10.0f}")
@@ -374,56 +396,79 @@ def main() -> int:
     print("  flows    gfw-fet-2021   + the four detectors    ratio")
     for name, (off, on) in vpn_detector_cost().items():
         print(f"  {name:6s}   {off:12.2f}   {on:21.2f}   {on / off:5.3f}")
+
+
+def live_parts(args: argparse.Namespace) -> None:
+    """Parts 1 and 5: forwarding and new flows through the censor router."""
     with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         iperf_srv = LabProcess(lab.ns("bridge"), ["iperf3", "-s", "-B", lab.addr("bridge")],
                                "iperf3", tmp / "iperf3.log").start()
         time.sleep(0.5)
         try:
-            print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
-                  f"interleaved, median of {args.runs}):")
-            cases = {
-                "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
-                    "addresses": ["198.19.255.1"]}}}),
-                "gfw-fet-2021": ("gfw-fet-2021", {}),
-            }
-            for label, (prof, over) in cases.items():
-                offs, ons = [], []
-                for _ in range(args.runs):
-                    offs.append(iperf(lab, args.seconds))
-                    c = start_censor(lab, tmp, prof, over)
-                    ons.append(iperf(lab, args.seconds))
-                    final_counters(c)
-                off, on = statistics.median(offs), statistics.median(ons)
-                print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
-                      f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
-            fet_p0 = {"policy": {"rules": [
-                {"detector": "fet", "action": "residual", "probability": 0.0}]}}
-            profiles = (("gfw-fet-2021 (p=0, all inspected)", "gfw-fet-2021"),
-                        ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp))))
-            for what, rate_of, port in (
-                    ("TCP flows (connect, 64 bytes, echo, close)", flow_rate, 7300),
-                    ("UDP flows (a query and its answer)", udp_flow_rate, 7400)):
-                print(f"\nnew {what} through the router ({args.seconds:.0f} s each, "
-                      "one client):")
-                off = rate_of(lab, args.seconds, port=port)
-                print(f"  {'censor off':34s} {off:8.0f} flows/s")
-                costs = []
-                for k, (label, prof) in enumerate(profiles, start=1):
-                    c = start_censor(lab, tmp, prof, fet_p0)
-                    rate = rate_of(lab, args.seconds, port=port + k)
-                    fin = final_counters(c)
-                    costs.append(fin.get("per_packet_us") or 0.0)
-                    print(f"  {label:34s} {rate:8.0f} flows/s   on/off = {rate / off:.3f}   "
-                          f"queued {fin.get('queued')}, {fin.get('per_packet_us')} µs per "
-                          f"packet, censor CPU {fin.get('cpu_s')} s")
-                    print(f"  {'':34s} per queued packet: CPU {fin.get('cpu_per_packet_us')} µs;"
-                          f" callback split (µs) {fin.get('per_packet_split_us')}")
-                print(f"  per-packet cost, with them / FET alone = "
-                      f"{costs[1] / (costs[0] or 1):.3f}")
+            if args.only in (None, "forwarding"):
+                forwarding(lab, tmp, args)
+            if args.only in (None, "flows"):
+                new_flows(lab, tmp, args)
         finally:
             iperf_srv.stop()
-    return 0
+
+
+def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
+    """Part 1: iperf3 through the router, censor off and on, interleaved."""
+    print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
+          f"interleaved, median of {args.runs}):")
+    cases = {
+        "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
+            "addresses": ["198.19.255.1"]}}}),
+        "gfw-fet-2021": ("gfw-fet-2021", {}),
+    }
+    for label, (prof, over) in cases.items():
+        offs, ons = [], []
+        for _ in range(args.runs):
+            offs.append(iperf(lab, args.seconds))
+            c = start_censor(lab, tmp, prof, over)
+            ons.append(iperf(lab, args.seconds))
+            final_counters(c)
+        off, on = statistics.median(offs), statistics.median(ons)
+        print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
+              f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
+
+
+def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
+    """Part 5: short flows through the router: off, the NFQUEUE floor, the censor."""
+    fet_p0 = {"policy": {"rules": [
+        {"detector": "fet", "action": "residual", "probability": 0.0}]}}
+    profiles = (("gfw-fet-2021 (p=0, all inspected)", "gfw-fet-2021"),
+                ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp))))
+    for what, rate_of, port in (
+            ("TCP flows (connect, 64 bytes, echo, close)", flow_rate, 7300),
+            ("UDP flows (a query and its answer)", udp_flow_rate, 7400)):
+        print(f"\nnew {what} through the router ({args.seconds:.0f} s each, "
+              "one client):")
+        off = rate_of(lab, args.seconds, port=port)
+        print(f"  {'censor off':34s} {off:8.0f} flows/s")
+        floor = start_floor(lab, tmp)
+        rate = rate_of(lab, args.seconds, port=port + 10)
+        fin = final_counters(floor)
+        print(f"  {'NFQUEUE floor (no engine)':34s} {rate:8.0f} flows/s   on/off = "
+              f"{rate / off:.3f}   queued {fin.get('queued')}")
+        print(f"  {'':34s} per queued packet: CPU {fin.get('cpu_per_packet_us')} µs, "
+              f"of which user {fin.get('user_per_packet_us')} µs")
+        costs = []
+        for k, (label, prof) in enumerate(profiles, start=1):
+            c = start_censor(lab, tmp, prof, fet_p0)
+            rate = rate_of(lab, args.seconds, port=port + k)
+            fin = final_counters(c)
+            costs.append(fin.get("per_packet_us") or 0.0)
+            print(f"  {label:34s} {rate:8.0f} flows/s   on/off = {rate / off:.3f}   "
+                  f"queued {fin.get('queued')}, {fin.get('per_packet_us')} µs per "
+                  f"packet, censor CPU {fin.get('cpu_s')} s")
+            print(f"  {'':34s} per queued packet: CPU {fin.get('cpu_per_packet_us')} µs,"
+                  f" of which user {fin.get('user_per_packet_us')} µs;"
+                  f" callback split (µs) {fin.get('per_packet_split_us')}")
+        print(f"  per-packet cost, with them / FET alone = "
+              f"{costs[1] / (costs[0] or 1):.3f}")
 
 
 if __name__ == "__main__":

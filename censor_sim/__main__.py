@@ -276,6 +276,7 @@ async def run(config: dict, poll: float) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         cpu_at_ready = time.process_time()
+        times_at_ready = os.times()
         emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
              blocklist=blocklist.__dict__ if blocklist else None, mode=dp.get("mode", "in-path"),
              queue=queue.__dict__ if queue else None, seed=config.get("seed", 0))
@@ -296,6 +297,11 @@ async def run(config: dict, poll: float) -> None:
         n = runner.queued
         per_pkt = runner.busy_s / n * 1e6 if n else None
         cpu_s = time.process_time() - cpu_at_ready
+        times = os.times()
+        # User time is the censor's Python; kernel time is mostly the queue's own
+        # price (the verdict carries the packet on through the kernel).
+        user_s = times.user - times_at_ready.user
+        sys_s = times.system - times_at_ready.system
         split = {"parse": runner.parse_s, "engine": runner.engine_s,
                  "verdict": runner.busy_s - runner.parse_s - runner.engine_s}
         emit("counters", counters=counts, cpu_s=round(cpu_s, 6),
@@ -303,6 +309,8 @@ async def run(config: dict, poll: float) -> None:
              # The process's CPU per queued packet: the callback plus reading the
              # queue (netlink receive, the event loop) and everything else it did.
              cpu_per_packet_us=round(cpu_s / n * 1e6, 2) if n else None,
+             user_s=round(user_s, 3), sys_s=round(sys_s, 3),
+             user_per_packet_us=round(user_s / n * 1e6, 2) if n else None,
              per_packet_split_us={k: round(v / n * 1e6, 2) for k, v in split.items()}
              if n else None,
              injected=runner.injector.sent, engine=engine.stats, errors=runner.errors)

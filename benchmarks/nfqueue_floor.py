@@ -1,0 +1,93 @@
+"""The floor under any NFQUEUE censor: the same queue rules, no engine.
+
+Run by ``benchmarks/censor.py`` in the censor's namespace, beside the real
+censor, so the two are measured side by side on the same machine. It installs
+the datapath that ``gfw-fet-2021`` gets (one queue per direction, segments
+with no payload left in the kernel), and for every queued packet does the least
+a censor can: a TCP payload or a UDP datagram ends the flow's inspection (the
+accept mark, which conntrack then keeps, as the engine's verdict does), and
+everything is accepted. What is left is the kernel's price for handing a packet
+to a process and back, plus the Python of one callback. A censor that does
+any work per packet cannot go below it.
+
+On SIGTERM it prints one JSON line: packets queued, and its CPU split into
+user and kernel time.
+
+Usage: ``python benchmarks/nfqueue_floor.py INSIDE OUTSIDE`` as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from censor_sim import datapath  # noqa: E402
+
+
+def main(inside: str, outside: str) -> int:
+    from netfilterqueue import NetfilterQueue
+
+    queued = 0
+
+    def on_packet(p) -> None:
+        nonlocal queued
+        queued += 1
+        data = p.get_payload()
+        ihl = (data[0] & 0x0F) * 4
+        proto = data[9]
+        has_payload = proto == 17 or (
+            proto == 6 and len(data) > ihl + ((data[ihl + 12] >> 4) * 4))
+        if has_payload:
+            p.set_mark(datapath.MARK_ACCEPT)
+        p.accept()
+
+    queues = []
+    for num in (datapath.QUEUE_C2S, datapath.QUEUE_S2C):
+        q = NetfilterQueue()
+        q.bind(num, on_packet, max_len=8192)
+        queues.append(q)
+    datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True))
+    by_fd = {q.get_fd(): q for q in queues}
+    poller = select.epoll()
+    for fd in by_fd:
+        poller.register(fd, select.EPOLLIN)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    start = os.times()
+    print(json.dumps({"event": "ready"}), flush=True)
+    try:
+        while not stopping:
+            try:
+                for fd, _ in poller.poll(0.2):
+                    by_fd[fd].run(block=False)
+            except InterruptedError:
+                continue
+    finally:
+        end = os.times()
+        datapath.remove()
+        for q in queues:
+            q.unbind()
+        user, kernel = end.user - start.user, end.system - start.system
+        print(json.dumps({"event": "counters", "queued": queued, "user_s": round(user, 3),
+                          "sys_s": round(kernel, 3),
+                          "cpu_per_packet_us": round((user + kernel) / queued * 1e6, 2)
+                          if queued else None,
+                          "user_per_packet_us": round(user / queued * 1e6, 2)
+                          if queued else None}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1], sys.argv[2]))
