@@ -104,3 +104,17 @@ def apply_egress(ns: str, dev: str, shape: Shape) -> None:
                   f"  oifname \"{dev}\" numgen random mod 10000 < {per_10k} counter drop\n"
                   " }\n}\n")
         run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=script)
+
+
+def shape_link(lab, a: str, b: str, shape: Shape, log_path: Path) -> DelayLineHandle | None:
+    """Shape both directions of the link between nodes ``a`` and ``b`` of ``lab``: the
+    delay, ``shape.delay_ms`` each way, in netem where the kernel has it, and otherwise in
+    the userspace delay line of ``a`` (returned, for the caller to stop); rate and loss
+    on each end's egress."""
+    line = None
+    if shape.delay_ms and not netem_available(lab.ns(a), lab.iface(a, b)):
+        line = start_delay_line(lab.ns(a), shape.delay_ms, log_path, dev=lab.iface(a, b))
+        shape = Shape(shape.rate_mbit, shape.loss_pct, 0.0)
+    for x, y in ((a, b), (b, a)):
+        apply_egress(lab.ns(x), lab.iface(x, y), shape)
+    return line

@@ -92,18 +92,10 @@ class NamespaceBackend(LabBackend):
         if shape.is_null():
             return
         assert self.lab
-        ends = (("censor", "inet"), ("inet", "censor"))
-        netem = shape.delay_ms and shaping.netem_available(self.lab.ns("inet"),
-                                                          self.lab.iface("inet", "censor"))
-        if shape.delay_ms and not netem:
-            # No netem: the userspace delay line in the core router, one-way delay
-            # delay_ms in each direction.
-            self.delay_line = shaping.start_delay_line(
-                self.lab.ns("inet"), shape.delay_ms, self.out / "lab" / "delayline.log",
-                dev=self.lab.iface("inet", "censor"))
-            shape = shaping.Shape(shape.rate_mbit, shape.loss_pct, 0.0)
-        for a, b in ends:
-            shaping.apply_egress(self.lab.ns(a), self.lab.iface(a, b), shape)
+        # The censor-to-core link: one-way delay delay_ms in each direction (the
+        # delay line, where there is no netem, runs in the core router).
+        self.delay_line = shaping.shape_link(self.lab, "inet", "censor", shape,
+                                             self.out / "lab" / "delayline.log")
 
     # --- cells ----------------------------------------------------------------
 

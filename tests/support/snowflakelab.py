@@ -111,6 +111,29 @@ class Rig:
             "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
             "--unknown-proxies-unrestricted"], '"event": "ready"')
 
+    def available(self) -> int:
+        """How many proxies are polling the broker now (its /debug page)."""
+        with ns_socket(self.lab.ns("broker")) as s:
+            s.settimeout(5)
+            s.connect((self.lab.addr("broker"), BROKER_PORT))
+            s.sendall(b"GET /debug HTTP/1.0\r\n\r\n")
+            body = b""
+            while chunk := s.recv(65536):
+                body += chunk
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith("current snowflakes available:"):
+                return int(line.rsplit(":", 1)[1])
+        return 0
+
+    def wait_available(self, n: int = 1, timeout: float = 30.0) -> None:
+        """Until ``n`` proxies poll the broker, so a client's first request finds one
+        (a client told "no proxies" waits 10 s before it asks again)."""
+        deadline = time.monotonic() + timeout
+        while (have := self.available()) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{have} of {n} proxies polling the broker after {timeout} s")
+            time.sleep(0.1)
+
     def _start(self, node: str, argv: list[str], ready: str | None = None,
                env: dict[str, str] | None = None, name: str | None = None) -> LabProcess:
         name = name or node

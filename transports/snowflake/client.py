@@ -43,6 +43,7 @@ from . import messages as m
 from .carriers import SNOWFLAKE_TIMEOUT_S, DataChannelCarrier
 from .rendezvous import Rendezvous, RendezvousConfig, RendezvousError
 from .sdputil import strip_local_candidates
+from .stunroute import routable_stun
 from .turbotunnel.redial import TurboTunnelSession
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,19 @@ async def connect_peer(cfg: ClientConfig, rendezvous: Rendezvous,
     """One WebRTC data channel to a proxy the broker matched us with."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
-    ice = [RTCIceServer(u) for u in cfg.ice_servers()]
+    from .sctpsack import use_delayed_sack
+    from .udpbuffer import enlarge_ice_receive_buffer
+
+    enlarge_ice_receive_buffer()
+
+    urls, unroutable = await routable_stun(cfg.ice_servers())
+    if unroutable:
+        log.info("STUN servers with no route from here, left out: %s", " ".join(unroutable))
+    ice = [RTCIceServer(u) for u in urls]
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
     try:
         channel = pc.createDataChannel(f"snowflake-{secrets.token_hex(8)}", ordered=True)
+        use_delayed_sack(pc)
         opened = asyncio.Event()
         channel.on("open", opened.set)
         await pc.setLocalDescription(await pc.createOffer())  # aiortc: gathering done

@@ -36,6 +36,7 @@ from transports.common.httpbody import read_limited
 
 from . import messages as m
 from .sdputil import strip_local_candidates
+from .stunroute import routable_stun
 
 log = logging.getLogger("snowflake-natprobe")
 
@@ -51,7 +52,8 @@ async def probe_nat(http: aiohttp.ClientSession, url: str, stun: list[str],
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
     from aiortc import RTCSessionDescription as Desc
 
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(u) for u in stun if u]))
+    urls, _ = await routable_stun(u for u in stun if u)
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(u) for u in urls]))
     opened = asyncio.get_running_loop().create_future()
     channel = pc.createDataChannel(PROBE_LABEL)
 
@@ -116,8 +118,8 @@ class ProbeService:
         except m.MessageError as exc:  # (an oversize body is aiohttp's 413)
             return web.json_response({"error": str(exc)}, status=400)
         self.probes += 1
-        pc = RTCPeerConnection(RTCConfiguration(
-            iceServers=[RTCIceServer(u) for u in self.stun if u]))
+        urls, _ = await routable_stun(u for u in self.stun if u)
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(u) for u in urls]))
         self.peers.add(pc)
         try:
             await pc.setRemoteDescription(Desc(offer, "offer"))

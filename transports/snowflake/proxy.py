@@ -35,6 +35,7 @@ from .datachannel import ChannelSender
 from .natprobe import TOR_PROBE_URL, probe_nat
 from .relaycheck import RelayRefused, check_relay
 from .sdputil import client_ip, strip_local_candidates
+from .stunroute import routable_stun
 
 log = logging.getLogger("snowflake-proxy")
 
@@ -100,6 +101,7 @@ class SnowflakeProxy:
         self.sessions: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
         self.nat = config.nat  # what the polls report
+        self._unroutable_logged: set[str] = set()  # each such STUN server logged once
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
@@ -194,6 +196,10 @@ class SnowflakeProxy:
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc import RTCSessionDescription as Desc
 
+        from .sctpsack import use_delayed_sack
+        from .udpbuffer import enlarge_ice_receive_buffer
+
+        enlarge_ice_receive_buffer()
         relay = match.relay_url or self.config.relay
         try:
             await check_relay(relay, self.config.allowed_relay_pattern,
@@ -204,8 +210,11 @@ class SnowflakeProxy:
             self.stats.refused_relays += isinstance(exc, RelayRefused)
             log.warning("bad offer from broker: %s", exc)
             return
-        ice = [RTCIceServer(u) for u in self.config.stun if u]
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        stun, unroutable = await routable_stun(u for u in self.config.stun if u)
+        for url in set(unroutable) - self._unroutable_logged:
+            self._unroutable_logged.add(url)
+            log.info("STUN server %s has no route from here: gathering without it", url)
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(u) for u in stun]))
         opened = asyncio.get_running_loop().create_future()
         # The client writes its Turbo Tunnel preamble as soon as the channel opens,
         # before the relay WebSocket exists: queue from the first message on.
@@ -227,6 +236,7 @@ class SnowflakeProxy:
 
         try:
             await pc.setRemoteDescription(Desc(offer_sdp, "offer"))
+            use_delayed_sack(pc)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers: no trickle
             sdp = pc.localDescription.sdp
             if not self.config.keep_local_addresses:
