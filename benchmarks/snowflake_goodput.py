@@ -45,7 +45,7 @@ class Round:
 
 
 async def one_round(lab, out: Path, which: str, client: str, mb: int) -> Round:
-    from tests.support.snowflakelab import MB, Rig, socks_open, stream_bytes
+    from tests.support.snowflakelab import MB, Rig, our_args, socks_open, stream_bytes
 
     rig = Rig(lab, out)
     try:
@@ -53,7 +53,7 @@ async def one_round(lab, out: Path, which: str, client: str, mb: int) -> Round:
         await asyncio.to_thread(rig.wait_available, 1)
         port = rig.our_client() if client == "ours" else rig.debian_client()
         t_setup = time.monotonic()
-        reader, writer = await socks_open(lab, port, None)
+        reader, writer = await socks_open(lab, port, our_args(rig) if client == "ours" else None)
         writer.write(b"U 1\nx")
         await writer.drain()
         await asyncio.wait_for(reader.readline(), 120)

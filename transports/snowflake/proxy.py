@@ -36,6 +36,7 @@ from .natprobe import TOR_PROBE_URL, probe_nat
 from .relaycheck import RelayRefused, check_relay
 from .sdputil import client_ip, strip_local_candidates
 from .stunroute import routable_stun
+from .summary import summary_line
 
 log = logging.getLogger("snowflake-proxy")
 
@@ -61,6 +62,7 @@ class ProxyConfig:
     nat_probe_url: str = TOR_PROBE_URL  # "": never probe
     nat_retest_interval_s: float = 24 * 3600.0  # 0: probe at start only
     nat_probe_timeout_s: float = 20.0
+    summary_interval_s: float = 3600.0  # Tor's -summary-interval; 0: no summary lines
     proxy_type: str = "standalone"
     unsafe_logging: bool = False
 
@@ -74,6 +76,7 @@ class ProxyStats:
     refused_relays: int = 0
     polls: int = 0
     broker_errors: int = 0  # failed polls (unreachable, HTTP errors, bad replies)
+    completed: int = 0  # sessions that relayed and then ended
 
     def prometheus(self) -> str:
         """Tor's 2.14 proxy metrics, in the Prometheus text format."""
@@ -121,6 +124,8 @@ class SnowflakeProxy:
                 await self.check_nat()  # as Tor's proxy does, before the first poll
                 if self.config.nat_retest_interval_s > 0:
                     retest = asyncio.create_task(self._retest_nat(stop))
+            summaries = (asyncio.create_task(self._summaries(stop))
+                         if self.config.summary_interval_s > 0 else None)
             failures = 0
             try:
                 while not stop.is_set():
@@ -157,10 +162,23 @@ class SnowflakeProxy:
                             sid = new_sid()
                     await _sleep_or_stop(stop, max(0.0, wait - (time.monotonic() - t0)))
             finally:
-                for t in [*self.sessions, *([retest] if retest else [])]:
+                helpers = [t for t in (retest, summaries) if t is not None]
+                for t in [*self.sessions, *helpers]:
                     t.cancel()
-                await asyncio.gather(*self.sessions, *([retest] if retest else []),
-                                     return_exceptions=True)
+                await asyncio.gather(*self.sessions, *helpers, return_exceptions=True)
+
+    async def _summaries(self, stop: asyncio.Event) -> None:
+        """Tor's summary line every summary_interval_s (see :mod:`.summary`)."""
+        s = self.stats
+        last = (s.completed, s.outbound_bytes, s.inbound_bytes)
+        while not stop.is_set():
+            await _sleep_or_stop(stop, self.config.summary_interval_s)
+            if stop.is_set():
+                return
+            now = (s.completed, s.outbound_bytes, s.inbound_bytes)
+            log.info(summary_line(self.config.summary_interval_s,
+                                  *(b - a for a, b in zip(last, now, strict=True))))
+            last = now
 
     async def check_nat(self) -> str:
         """Ask the probe service; an ``unknown`` result keeps the type we had."""
@@ -251,6 +269,7 @@ class SnowflakeProxy:
                 return
             self.stats.connections += 1
             await self.relay(channel, upstream, relay, client_ip(offer_sdp))
+            self.stats.completed += 1
         except Exception as exc:  # noqa: BLE001 - one bad client must not stop the proxy
             log.warning("session failed: %s: %s", type(exc).__name__, exc)
         finally:

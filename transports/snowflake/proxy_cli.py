@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="NAT probe service URL (\"\": do not probe)")
     p.add_argument("-nat-retest-interval", type=go_duration, default=d.nat_retest_interval_s,
                    help="time between NAT tests (0: only at start; default 24h)")
+    p.add_argument("-summary-interval", type=go_duration, default=d.summary_interval_s,
+                   help="time between summary log lines (0: none; default 1h)")
     p.add_argument("-datachannel-timeout", type=float, default=d.datachannel_timeout_s)
     p.add_argument("-inactivity-timeout", type=float, default=d.inactivity_timeout_s)
     p.add_argument("-unsafe-logging", action="store_true", help="log client addresses")
@@ -102,6 +104,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         poll_interval_s=args.poll_interval, nat=args.nat,
         nat_probe_url=args.nat_probe_server, nat_retest_interval_s=args.nat_retest_interval,
         datachannel_timeout_s=args.datachannel_timeout,
+        summary_interval_s=args.summary_interval,
         inactivity_timeout_s=args.inactivity_timeout, unsafe_logging=args.unsafe_logging)
 
 

@@ -126,3 +126,49 @@ async def test_the_proxy_backs_off_while_the_broker_is_down_and_recovers(caplog)
     assert any("reachable again" in r.getMessage() for r in caplog.records)
     # Back: it polled within one capped wait and handled the next client's offer.
     assert recovered_after <= 0.5 + 0.5 and proxy.stats.refused_relays == 1
+
+
+async def test_a_summary_line_comes_at_each_interval_with_that_window_only(caplog):
+    """Tor's summary line, every summary_interval_s, counting only its own window."""
+    import logging
+    import re
+
+    server, _, _ = await scripted_broker([])
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=0.05,
+                      nat_probe_url="", summary_interval_s=0.2)
+    proxy = SnowflakeProxy(cfg)
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO, logger="snowflake-proxy")
+    task = asyncio.create_task(proxy.run(stop))
+    await asyncio.sleep(0.01)  # running: the first window has begun
+    proxy.stats.completed += 3
+    proxy.stats.outbound_bytes += 2048 * 1024
+    proxy.stats.inbound_bytes += 512 * 1024
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await server.close()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("In the last")]
+    assert len(lines) >= 2, lines
+    assert lines[0] == ("In the last 0.2s, there were 3 completed successful connections. "
+                        "Traffic Relayed ↓ 2048 KB (10240.00 KB/s), ↑ 512 KB (2560.00 KB/s).")
+    assert lines[1].startswith("In the last 0.2s, there were 0 completed successful "
+                               "connections. Traffic Relayed ↓ 0 KB (0.00 KB/s)"), lines
+    assert all(re.fullmatch(r"In the last \S+, there were \d+ completed successful connections\."
+                            r" Traffic Relayed ↓ \d+ KB \(\d+\.\d\d KB/s\), ↑ \d+ KB "
+                            r"\(\d+\.\d\d KB/s\)\.", x) for x in lines)
+
+
+def test_durations_are_written_as_go_writes_them():
+    from transports.snowflake.summary import go_duration_text
+
+    assert [go_duration_text(s) for s in (3600, 90, 45, 1.5, 86400, 0.2)] == [
+        "1h0m0s", "1m30s", "45s", "1.5s", "24h0m0s", "0.2s"]
+
+
+def test_the_summary_interval_flag_takes_go_durations():
+    from transports.snowflake.proxy_cli import config_from_args, parse_args
+
+    assert config_from_args(parse_args([])).summary_interval_s == 3600
+    assert config_from_args(parse_args(["-summary-interval", "10m"])).summary_interval_s == 600
+    assert config_from_args(parse_args(["-summary-interval", "0"])).summary_interval_s == 0
