@@ -169,11 +169,13 @@ class Rig:
                         "CMETHODS DONE", self._pt_env("our-client"), name="our-client")
         return _cmethod_port(p.log_text())
 
-    def debian_client(self) -> int:
+    def debian_client(self, index: int | None = None) -> int:
+        """Debian's client PT (``index`` names each of several); its SOCKS port."""
+        name = "debian-client" if index is None else f"debian-client{index}"
         p = self._start("client", [
             "snowflake-client", "-url", self.broker_url, "-ice", NO_ROUTE_STUN,
-            "-log", str(self.out / "debian-client-own.log")],
-            "CMETHODS DONE", self._pt_env("debian-client"), name="debian-client")
+            "-log", str(self.out / f"{name}-own.log")],
+            "CMETHODS DONE", self._pt_env(name), name=name)
         return _cmethod_port(p.log_text())
 
     def attaches(self) -> list[dict]:

@@ -1,0 +1,223 @@
+"""Many clients through one Snowflake proxy: ours against Debian's, side by side.
+
+Tor's proxy serves every client the broker sends it, with no capacity limit
+by default, and so does ours. One lab; our broker, bridge and data server;
+the one proxy slot filled in turn by our proxy (``ptlab snowflake-proxy``) and
+Debian's ``snowflake-proxy``. For each client count (default 1, 5, 20 and
+50), that many of Debian's ``snowflake-client`` run at once; each is matched
+with the proxy, opens its stream (a one-byte exchange, not timed), and then
+all move ``--kb`` KiB up and the same down together, SHA-256 checked.
+
+Printed per proxy and count: the aggregate goodput (all bytes over the time
+from the first transfer's start to the last one's end), each client's share
+(the slowest, median and fastest client's goodput), and the proxy's peak
+resident memory, CPU time over the transfer and peak open descriptors, read
+from /proc. The shipped unit (``contrib/ptlab-snowflake-proxy.service``)
+caps the proxy at ``MemoryMax``; its value is printed beside the peak.
+
+Run as root: ``.venv/bin/python benchmarks/snowflake_clients.py [--clients 1 5 20 50
+--kb 2048]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+UNIT = Path(__file__).resolve().parent.parent / "contrib" / "ptlab-snowflake-proxy.service"
+
+
+def unit_memory_max() -> int:
+    """The shipped unit's MemoryMax, in bytes."""
+    m = re.search(r"^MemoryMax=(\d+)([KMG]?)\s*$", UNIT.read_text(), re.M)
+    if not m:
+        raise ValueError(f"{UNIT}: no MemoryMax")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    return int(m.group(1)) * 1024 if m else 0
+
+
+def udp_drops(lab, node: str) -> int:
+    """UDP datagrams the kernel dropped for want of receive buffer in ``node``'s namespace."""
+    import subprocess
+
+    total = 0
+    for table in ("/proc/net/snmp", "/proc/net/snmp6"):
+        text = subprocess.run(["ip", "netns", "exec", lab.ns(node), "cat", table],
+                              capture_output=True, text=True, check=True).stdout
+        rows = [line.split() for line in text.splitlines()]
+        for head, vals in zip(rows, rows[1:], strict=False):
+            if head and head[0] == "Udp:" and vals and vals[0] == "Udp:" and head != vals:
+                total += int(vals[head.index("RcvbufErrors")])
+        total += sum(int(r[1]) for r in rows if r and r[0] == "Udp6RcvbufErrors")
+    return total
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@dataclass
+class Watch:
+    """Peak memory and descriptors of one process, sampled every 0.1 s."""
+
+    pid: int
+    peak_rss: int = 0
+    peak_fds: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self) -> None:
+        try:
+            self.peak_rss = max(self.peak_rss, rss_bytes(self.pid))
+            self.peak_fds = max(self.peak_fds, descriptors(self.pid))
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            self.sample()
+
+
+@dataclass
+class Cell:
+    clients: int
+    aggregate_mb_s: float
+    shares: list[float]
+    peak_rss: int
+    cpu_s: float
+    peak_fds: int
+    exact: int
+    setup_s: float
+    drops: dict[str, int]
+
+
+@dataclass
+class Start:
+    """Counts the clients whose stream is open; ``go`` starts them all."""
+
+    opened: int = 0
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def one_client(lab, port: int, n: int, seed: int, start: Start
+                     ) -> tuple[float, float, bool]:
+    """Open the stream, wait for the start, move n up and n down: (start, end, exact)."""
+    from tests.support.snowflakelab import socks_open, upload_and_download
+
+    reader, writer = await socks_open(lab, port, None)
+    try:
+        writer.write(b"U 1\nx")
+        await writer.drain()
+        await asyncio.wait_for(reader.readline(), 180)
+        start.opened += 1
+        await start.go.wait()
+        t0 = time.monotonic()
+        try:
+            await upload_and_download(reader, writer, n, seed=seed)
+            exact = True
+        except (AssertionError, ConnectionError, TimeoutError):
+            exact = False
+        return t0, time.monotonic(), exact
+    finally:
+        writer.close()
+
+
+async def cell(lab, out: Path, which: str, clients: int, kb: int) -> Cell:
+    from tests.support.snowflakelab import Rig
+
+    rig = Rig(lab, out)
+    try:
+        proxy = (rig.our_proxy if which == "ours" else rig.debian_proxy)(0)
+        await asyncio.to_thread(rig.wait_available, 1)
+        ports = [rig.debian_client(i) for i in range(clients)]
+        watch = Watch(proxy.pid)
+        threading.Thread(target=watch.run, daemon=True).start()
+        start = Start()
+        n = kb * 1024
+        tasks = [asyncio.create_task(one_client(lab, port, n, 10 + 2 * i, start))
+                 for i, port in enumerate(ports)]
+        # Every client's stream is open (all matched, through the one proxy) before
+        # the clock starts, so the figure is goodput, not rendezvous.
+        t_open = time.monotonic()
+        while start.opened < clients:
+            if failed := [t for t in tasks if t.done() and t.exception()]:
+                raise RuntimeError(f"a client failed to open its stream: {failed[0].exception()}")
+            await asyncio.sleep(0.1)
+        setup = time.monotonic() - t_open
+        cpu0 = cpu_seconds(proxy.pid)
+        drops0 = {node: udp_drops(lab, node) for node in ("proxy0", "client")}
+        start.go.set()
+        results = await asyncio.gather(*tasks)
+        cpu = cpu_seconds(proxy.pid) - cpu0
+        drops = {node: udp_drops(lab, node) - d for node, d in drops0.items()}
+        watch.stop.set()
+        watch.sample()
+        begin = min(r[0] for r in results)
+        end = max(r[1] for r in results)
+        shares = sorted(2 * n / 1e6 / (r[1] - r[0]) for r in results)
+        exact = sum(1 for r in results if r[2])
+        return Cell(clients, exact * 2 * n / 1e6 / (end - begin), shares, watch.peak_rss,
+                    cpu, watch.peak_fds, exact, setup, drops)
+    finally:
+        rig.close()
+
+
+async def main(counts: list[int], kb: int) -> None:
+    from netns.lab import Lab
+    from netns.topology import default_topology
+
+    limit = unit_memory_max()
+    lab = Lab(default_topology(proxies=1)).up()
+    rows: dict[tuple[str, int], Cell] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ptl-sfclients-") as tmp:
+            for clients in counts:
+                for which in ("ours", "debian"):
+                    out = Path(tmp) / f"{which}-{clients}"
+                    out.mkdir()
+                    c = rows[(which, clients)] = await cell(lab, out, which, clients, kb)
+                    print(f"{which:6s} {clients:3d} clients: {c.aggregate_mb_s:6.2f} MB/s "
+                          f"aggregate, {c.exact}/{clients} byte-exact; per client "
+                          f"min {c.shares[0]:.2f} median {statistics.median(c.shares):.2f} "
+                          f"max {c.shares[-1]:.2f} MB/s; peak RSS {c.peak_rss / 2**20:.0f} MiB "
+                          f"(unit MemoryMax {limit / 2**20:.0f} MiB), CPU {c.cpu_s:.1f} s, "
+                          f"peak fds {c.peak_fds}; all {clients} streams open after "
+                          f"{c.setup_s:.1f} s; UDP receive-buffer drops {c.drops}", flush=True)
+    finally:
+        lab.down()
+    print(f"\n{kb} KiB each way per client; ours ÷ Debian's aggregate:")
+    for clients in counts:
+        o, d = rows[("ours", clients)], rows[("debian", clients)]
+        print(f"  {clients:3d} clients: ours {o.aggregate_mb_s:6.2f}  "
+              f"Debian {d.aggregate_mb_s:6.2f}"
+              f"  ratio {o.aggregate_mb_s / d.aggregate_mb_s:5.2f}   peak RSS ours "
+              f"{o.peak_rss / 2**20:.0f} MiB, Debian {d.peak_rss / 2**20:.0f} MiB; "
+              f"within MemoryMax: {'yes' if o.peak_rss < limit else 'NO'}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 5, 20, 50])
+    ap.add_argument("--kb", type=int, default=2048, help="KiB each way per client")
+    a = ap.parse_args()
+    asyncio.run(main(a.clients, a.kb))
