@@ -172,3 +172,39 @@ def test_the_summary_interval_flag_takes_go_durations():
     assert config_from_args(parse_args([])).summary_interval_s == 3600
     assert config_from_args(parse_args(["-summary-interval", "10m"])).summary_interval_s == 600
     assert config_from_args(parse_args(["-summary-interval", "0"])).summary_interval_s == 0
+
+
+async def test_at_capacity_the_proxy_stops_polling_and_resumes_when_a_client_leaves():
+    """-capacity N: with N clients it does not poll (no offer it could not serve),
+    and polls again once one leaves, as Tor's proxy does with its tokens."""
+    replies = [m.ProxyPollResponse(m.STATUS_MATCH, OFFER, "unknown", "", 10)]
+    server, polls, _ = await scripted_broker(replies)
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=0.05,
+                      nat_probe_url="", capacity=1, summary_interval_s=0)
+    proxy = SnowflakeProxy(cfg)
+    release = asyncio.Event()
+
+    async def held_session(sid, match):  # a client that stays connected
+        await release.wait()
+
+    proxy.session = held_session  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(proxy.run(stop))
+    for _ in range(200):
+        if proxy.clients:
+            break
+        await asyncio.sleep(0.01)
+    assert proxy.clients == 1
+    await asyncio.sleep(0.05)
+    held_polls = len(polls)
+    await asyncio.sleep(0.5)
+    assert len(polls) == held_polls  # full: no polls for 0.5 s (10 intervals)
+    release.set()
+    for _ in range(300):
+        if len(polls) > held_polls:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await server.close()
+    assert len(polls) > held_polls and proxy.clients == 0
