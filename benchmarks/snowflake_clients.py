@@ -108,6 +108,7 @@ class Cell:
     exact: int
     setup_s: float
     drops: dict[str, int]
+    not_opened: list[str]
 
 
 @dataclass
@@ -115,19 +116,26 @@ class Start:
     """Counts the clients whose stream is open; ``go`` starts them all."""
 
     opened: int = 0
+    failed: list[str] = field(default_factory=list)  # clients whose stream never opened
     go: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def one_client(lab, port: int, n: int, seed: int, start: Start
-                     ) -> tuple[float, float, bool]:
-    """Open the stream, wait for the start, move n up and n down: (start, end, exact)."""
+                     ) -> tuple[float, float, bool] | None:
+    """Open the stream, wait for the start, move n up and n down: (start, end, exact);
+    None if the stream never opened (counted, not timed)."""
     from tests.support.snowflakelab import socks_open, upload_and_download
 
-    reader, writer = await socks_open(lab, port, None)
     try:
+        reader, writer = await socks_open(lab, port, None)
         writer.write(b"U 1\nx")
         await writer.drain()
-        await asyncio.wait_for(reader.readline(), 180)
+        if not await asyncio.wait_for(reader.readline(), 180):
+            raise ConnectionError("closed before the first answer")
+    except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
+        start.failed.append(f"{type(exc).__name__}: {exc}")
+        return None
+    try:
         start.opened += 1
         await start.go.wait()
         t0 = time.monotonic()
@@ -158,25 +166,25 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int) -> Cell:
         # Every client's stream is open (all matched, through the one proxy) before
         # the clock starts, so the figure is goodput, not rendezvous.
         t_open = time.monotonic()
-        while start.opened < clients:
-            if failed := [t for t in tasks if t.done() and t.exception()]:
-                raise RuntimeError(f"a client failed to open its stream: {failed[0].exception()}")
+        while start.opened + len(start.failed) < clients:
             await asyncio.sleep(0.1)
         setup = time.monotonic() - t_open
         cpu0 = cpu_seconds(proxy.pid)
         drops0 = {node: udp_drops(lab, node) for node in ("proxy0", "client")}
         start.go.set()
-        results = await asyncio.gather(*tasks)
+        results = [r for r in await asyncio.gather(*tasks) if r is not None]
         cpu = cpu_seconds(proxy.pid) - cpu0
         drops = {node: udp_drops(lab, node) - d for node, d in drops0.items()}
         watch.stop.set()
         watch.sample()
-        begin = min(r[0] for r in results)
-        end = max(r[1] for r in results)
-        shares = sorted(2 * n / 1e6 / (r[1] - r[0]) for r in results)
+        begin = min((r[0] for r in results), default=0.0)
+        end = max((r[1] for r in results), default=1.0)
+        # A client that never opened its stream, or did not finish exact, gets 0.
+        shares = sorted([2 * n / 1e6 / (r[1] - r[0]) if r[2] else 0.0 for r in results]
+                        + [0.0] * len(start.failed))
         exact = sum(1 for r in results if r[2])
         return Cell(clients, exact * 2 * n / 1e6 / (end - begin), shares, watch.peak_rss,
-                    cpu, watch.peak_fds, exact, setup, drops)
+                    cpu, watch.peak_fds, exact, setup, drops, start.failed)
     finally:
         rig.close()
 
@@ -200,8 +208,12 @@ async def main(counts: list[int], kb: int) -> None:
                           f"min {c.shares[0]:.2f} median {statistics.median(c.shares):.2f} "
                           f"max {c.shares[-1]:.2f} MB/s; peak RSS {c.peak_rss / 2**20:.0f} MiB "
                           f"(unit MemoryMax {limit / 2**20:.0f} MiB), CPU {c.cpu_s:.1f} s, "
-                          f"peak fds {c.peak_fds}; all {clients} streams open after "
+                          f"peak fds {c.peak_fds}; {clients - len(c.not_opened)} of {clients} "
+                          f"streams open after "
                           f"{c.setup_s:.1f} s; UDP receive-buffer drops {c.drops}", flush=True)
+                    if c.not_opened:
+                        print(f"       {len(c.not_opened)} streams never opened: "
+                              f"{c.not_opened[0]}", flush=True)
     finally:
         lab.down()
     print(f"\n{kb} KiB each way per client; ours ÷ Debian's aggregate:")
