@@ -208,3 +208,60 @@ async def test_at_capacity_the_proxy_stops_polling_and_resumes_when_a_client_lea
     await asyncio.wait_for(task, 5)
     await server.close()
     assert len(polls) > held_polls and proxy.clients == 0
+
+
+async def test_stopping_ends_every_client_session():
+    """What SIGTERM sets off (proxy_cli sets the stop event): sessions in progress are
+    cancelled and awaited, so each closes its peer connection, and run() returns."""
+    replies = [m.ProxyPollResponse(m.STATUS_MATCH, OFFER, "unknown", "", 10)
+               for _ in range(3)]
+    server, _, _ = await scripted_broker(replies)
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=0.05,
+                      nat_probe_url="", summary_interval_s=0)
+    proxy = SnowflakeProxy(cfg)
+    ended: list[str] = []
+
+    async def held_session(sid, match):
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(sid)
+
+    proxy.session = held_session  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(proxy.run(stop))
+    for _ in range(300):
+        if proxy.clients == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert proxy.clients == 3
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await server.close()
+    assert len(ended) == 3 and proxy.clients == 0
+
+
+def test_sigterm_stops_the_proxy_cleanly():
+    """The CLI under SIGTERM: exit status 0 within seconds, and no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", "http://127.0.0.1:9/",
+         "-relay", "ws://127.0.0.1:9/", "-allow-non-tls-relay", "-nat-probe-server", ""],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[3])
+    try:
+        time.sleep(2)  # started, and polling the absent broker
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
