@@ -45,7 +45,7 @@ class Round:
 
 
 async def one_round(lab, out: Path, which: str, client: str, mb: int) -> Round:
-    from tests.support.snowflakelab import MB, Rig, our_args, socks_open, stream_bytes
+    from tests.support.snowflakelab import MB, Rig, download, our_args, socks_open, upload
 
     rig = Rig(lab, out)
     try:
@@ -58,43 +58,12 @@ async def one_round(lab, out: Path, which: str, client: str, mb: int) -> Round:
         await writer.drain()
         await asyncio.wait_for(reader.readline(), 120)
         setup = time.monotonic() - t_setup
-        n = mb * MB
-        up_took = await upload(reader, writer, n, stream_bytes)
-        t0 = time.monotonic()
-        writer.write(f"D {n} 6\n".encode())
-        import hashlib
-
-        want = hashlib.sha256(b"".join(stream_bytes(6, n))).hexdigest()
-        got, left = hashlib.sha256(), n
-        while left:
-            chunk = await asyncio.wait_for(reader.read(min(left, 65536)), 120)
-            if not chunk:
-                raise ConnectionError(f"stream ended with {left} bytes to go")
-            got.update(chunk)
-            left -= len(chunk)
-        down_took = time.monotonic() - t0
-        if got.hexdigest() != want:
-            raise ValueError("download not byte-exact")
+        up_took = await upload(reader, writer, mb * MB)
+        down_took = await download(reader, writer, mb * MB)
         writer.close()
         return Round(setup, mb / up_took, mb / down_took, 2 * mb / (up_took + down_took))
     finally:
         rig.close()
-
-
-async def upload(reader, writer, n: int, stream_bytes) -> float:
-    import hashlib
-
-    t0 = time.monotonic()
-    writer.write(f"U {n}\n".encode())
-    h = hashlib.sha256()
-    for chunk in stream_bytes(5, n):
-        h.update(chunk)
-        writer.write(chunk)
-        await writer.drain()
-    line = await asyncio.wait_for(reader.readline(), 120)
-    if line.strip().decode() != h.hexdigest():
-        raise ValueError("upload not byte-exact")
-    return time.monotonic() - t0
 
 
 def impair(lab, delay_ms: float, loss: float, log: Path):

@@ -204,8 +204,8 @@ async def socks_open(lab, port: int, args: dict[str, str] | None):
     return reader, writer
 
 
-async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
-    """U then D on one stream; return the seconds taken."""
+async def upload(reader, writer, n: int, seed: int = 5) -> float:
+    """``U n``: n bytes up, checked by the server's SHA-256; the seconds taken."""
     t0 = time.monotonic()
     writer.write(f"U {n}\n".encode())
     h = hashlib.sha256()
@@ -215,8 +215,14 @@ async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
         await writer.drain()
     line = await asyncio.wait_for(reader.readline(), 120)
     assert line.strip().decode() == h.hexdigest(), "upload not byte-exact"
-    writer.write(f"D {n} {seed + 1}\n".encode())
-    want = hashlib.sha256(b"".join(stream_bytes(seed + 1, n))).hexdigest()
+    return time.monotonic() - t0
+
+
+async def download(reader, writer, n: int, seed: int = 6) -> float:
+    """``D n seed``: n bytes down, checked against the same stream; the seconds taken."""
+    t0 = time.monotonic()
+    writer.write(f"D {n} {seed}\n".encode())
+    want = hashlib.sha256(b"".join(stream_bytes(seed, n))).hexdigest()
     got = hashlib.sha256()
     left = n
     while left:
@@ -226,6 +232,11 @@ async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
         left -= len(chunk)
     assert got.hexdigest() == want, "download not byte-exact"
     return time.monotonic() - t0
+
+
+async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
+    """U then D on one stream; return the seconds taken."""
+    return await upload(reader, writer, n, seed) + await download(reader, writer, n, seed + 1)
 
 
 def our_args(rig: Rig, **extra: str) -> dict[str, str]:

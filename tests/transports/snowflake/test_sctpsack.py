@@ -153,7 +153,7 @@ def test_a_real_pair_moves_data_exactly_with_half_the_sacks():
     assert sacks_delayed <= 0.6 * sacks_plain
 
 
-def test_it_applies_once_and_only_to_an_association():
+def test_a_connection_without_an_association_is_left_alone():
     class NoSctp:
         sctp = None
 
