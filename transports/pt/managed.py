@@ -11,7 +11,10 @@ Extended ORPort (SafeCookie, USERADDR, TRANSPORT) when tor offers one.
 
 A server factory may publish bridge-line arguments (obfs4's ``cert=``,
 ``iat-mode=``) through an optional ``smethod_args() -> dict[str, str]``; they
-go out as ``SMETHOD ... ARGS:``.
+go out as ``SMETHOD ... ARGS:``. A factory may also have a
+``smethod_address() -> (host, port)``: the SMETHOD line then announces that
+address instead of the bound one (WebTunnel's synthetic address,
+docs/transports/webtunnel.md §4); the listener still binds where tor said.
 
 Lifetime follows the spec's shutdown section: stdin closing (when
 ``TOR_PT_EXIT_ON_STDIN_CLOSE=1``), SIGTERM or the parent's death end the
@@ -328,6 +331,11 @@ async def _start_one_server(name: str, transport: base.Transport, cfg: ServerCon
     except OSError as exc:
         messages.smethod_error(name, f"cannot listen on {messages.format_addr(host, port)}: {exc}")
         return None
+    announce = getattr(factory, "smethod_address", None)
+    if callable(announce):
+        # A transport whose clients never dial the bind address (WebTunnel: they
+        # dial its url) may announce another one for tor's bridge line.
+        bound_host, bound_port = announce()
     messages.smethod(name, bound_host, bound_port, args)
     return server
 
