@@ -81,6 +81,7 @@ async def connect_peer(cfg: ClientConfig, rendezvous: Rendezvous,
     """One WebRTC data channel to a proxy the broker matched us with."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+    from .consent import use_patient_consent
     from .sctpsack import use_delayed_sack
     from .udpbuffer import enlarge_ice_receive_buffer
 
@@ -94,6 +95,7 @@ async def connect_peer(cfg: ClientConfig, rendezvous: Rendezvous,
     try:
         channel = pc.createDataChannel(f"snowflake-{secrets.token_hex(8)}", ordered=True)
         use_delayed_sack(pc)
+        use_patient_consent(pc)
         opened = asyncio.Event()
         channel.on("open", opened.set)
         await pc.setLocalDescription(await pc.createOffer())  # aiortc: gathering done

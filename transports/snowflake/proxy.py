@@ -34,6 +34,7 @@ from . import messages as m
 from .datachannel import ChannelSender
 from .natprobe import TOR_PROBE_URL, probe_nat
 from .relaycheck import RelayRefused, check_relay
+from .rwndshare import SharedReceiveWindow
 from .sdputil import client_ip, strip_local_candidates
 from .stunroute import routable_stun
 from .summary import summary_line
@@ -105,6 +106,7 @@ class SnowflakeProxy:
         self._http: aiohttp.ClientSession | None = None
         self.nat = config.nat  # what the polls report
         self._unroutable_logged: set[str] = set()  # each such STUN server logged once
+        self._windows = SharedReceiveWindow()  # one receive budget for all clients
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
@@ -214,6 +216,7 @@ class SnowflakeProxy:
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc import RTCSessionDescription as Desc
 
+        from .consent import use_patient_consent
         from .sctpsack import use_delayed_sack
         from .udpbuffer import enlarge_ice_receive_buffer
 
@@ -255,6 +258,8 @@ class SnowflakeProxy:
         try:
             await pc.setRemoteDescription(Desc(offer_sdp, "offer"))
             use_delayed_sack(pc)
+            use_patient_consent(pc)
+            self._windows.join(pc.sctp)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers: no trickle
             sdp = pc.localDescription.sdp
             if not self.config.keep_local_addresses:
@@ -273,6 +278,7 @@ class SnowflakeProxy:
         except Exception as exc:  # noqa: BLE001 - one bad client must not stop the proxy
             log.warning("session failed: %s: %s", type(exc).__name__, exc)
         finally:
+            self._windows.leave(pc.sctp)
             await pc.close()
 
     async def answer(self, sid: str, answer: str) -> bool:
