@@ -4,10 +4,9 @@ aiortc advertises a fixed 1 MiB receive window on each association, whatever
 the proxy can process. One client never fills it. With twenty uploading at
 once, each pion sender keeps its whole window in flight, and the proxy's one
 thread drains them all: measured with 20 clients in the lab, about 20 MiB sat
-in the proxy's socket buffers, the SCTP round trip grew to 10 s, the clients'
-KCP timers fired on data that was only queued, and the upload crossed the
-proxy 2.6 times (benchmarks/snowflake_clients.py; docs/transports/snowflake.md
-§3.8).
+in the proxy's socket buffers, and the SCTP round trip grew to 10 s, which
+every timer above it (KCP's, ICE consent's) then saw
+(benchmarks/snowflake_clients.py; docs/transports/snowflake.md §3.8).
 
 So the proxy shares one budget: each association advertises
 ``budget / clients``, within ``[floor, ceiling]``, and the share is set again
