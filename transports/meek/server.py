@@ -42,6 +42,7 @@ from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
 from transports.common.hostport import split_hostport
 from transports.common.pipes import spawn, stream_pair
+from transports.common.servertls import server_tls
 from transports.common.weblisten import Listening
 from transports.pt.messages import format_addr
 
@@ -282,16 +283,6 @@ async def listen(server: MeekServer, host: str, port: int,
     return await weblisten.listen(server.app, host, port, ssl_context)
 
 
-def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    if not cert and not key:
-        return None
-    if not (cert and key):
-        raise ValueError("meek server: cert and key go together")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cert, key)
-    return ctx
-
-
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS`` or the CLI): ``cert``/``key``
     (without them, plain HTTP behind a CDN, like ``--disable-tls``), ``turnaround-ms``,
@@ -315,7 +306,7 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
         except ValueError:
             raise ValueError(f"meek server: trusted-edge {item!r} is not an address") from None
     cfg = MeekConfig(turnaround_s=turnaround, staleness_s=staleness, trusted_edges=tuple(edges))
-    return cfg, _tls(options.get("cert"), options.get("key"))
+    return cfg, server_tls(options.get("cert"), options.get("key"), "meek server")
 
 
 class MeekServerFactory:

@@ -35,6 +35,7 @@ from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
 from transports.common.hostport import split_hostport
 from transports.common.relay import relay
+from transports.common.servertls import server_tls
 from transports.common.weblisten import Listening
 from transports.pt import extorport
 
@@ -274,12 +275,7 @@ def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFact
     """Server options (TOR_PT_SERVER_TRANSPORT_OPTIONS): ``cert``/``key`` for TLS,
     ``queue-timeout`` and ``keepalive-timeout`` in seconds."""
     args = dict(args or {})
-    ctx = None
-    if "cert" in args or "key" in args:
-        if not ("cert" in args and "key" in args):
-            raise ValueError("snowflake server: cert= and key= go together")
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(args["cert"], args["key"])
+    ctx = server_tls(args.get("cert"), args.get("key"), "snowflake server")
     try:
         cfg = BridgeConfig(
             queue_timeout_s=float(args.get("queue-timeout", QUEUE_TIMEOUT_S)),

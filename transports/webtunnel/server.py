@@ -30,6 +30,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from transports.base import Handoff
+from transports.common.servertls import server_tls
 from transports.common.silence import Gatekeeper, ServerPolicy
 from transports.pt.messages import format_addr
 
@@ -152,19 +153,6 @@ async def listen(server: WebTunnelServer, host: str, port: int,
     return Listening(accepting, bound_host, bound_port)
 
 
-def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    if not cert and not key:
-        return None
-    if not (cert and key):
-        raise ValueError("webtunnel server: cert and key go together")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"webtunnel server: cannot load cert/key: {exc}") from None
-    return ctx
-
-
 def config_from_options(options: dict[str, str]) -> tuple[ServerConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS``): ``url`` (required, the
     public url clients use), and ours: ``cert``/``key`` for TLS without a front."""
@@ -175,7 +163,8 @@ def config_from_options(options: dict[str, str]) -> tuple[ServerConfig, ssl.SSLC
     url = options.get("url", "")
     if not url:
         raise ValueError("missing url parameter")
-    return ServerConfig(url), _tls(options.get("cert"), options.get("key"))
+    tls = server_tls(options.get("cert"), options.get("key"), "webtunnel server")
+    return ServerConfig(url), tls
 
 
 class WebTunnelServerFactory:
