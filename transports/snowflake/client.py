@@ -82,7 +82,7 @@ async def connect_peer(cfg: ClientConfig, rendezvous: Rendezvous,
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
     from .consent import use_patient_consent
-    from .sctpsack import use_delayed_sack
+    from .sctpbundle import use_bundling
     from .udpbuffer import enlarge_ice_receive_buffer
 
     enlarge_ice_receive_buffer()
@@ -94,7 +94,7 @@ async def connect_peer(cfg: ClientConfig, rendezvous: Rendezvous,
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
     try:
         channel = pc.createDataChannel(f"snowflake-{secrets.token_hex(8)}", ordered=True)
-        use_delayed_sack(pc)
+        use_bundling(pc)  # delayed SACKs and bundled chunks
         use_patient_consent(pc)
         opened = asyncio.Event()
         channel.on("open", opened.set)

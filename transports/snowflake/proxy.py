@@ -217,7 +217,7 @@ class SnowflakeProxy:
         from aiortc import RTCSessionDescription as Desc
 
         from .consent import use_patient_consent
-        from .sctpsack import use_delayed_sack
+        from .sctpbundle import use_bundling
         from .udpbuffer import enlarge_ice_receive_buffer
 
         enlarge_ice_receive_buffer()
@@ -257,7 +257,7 @@ class SnowflakeProxy:
 
         try:
             await pc.setRemoteDescription(Desc(offer_sdp, "offer"))
-            use_delayed_sack(pc)
+            use_bundling(pc)  # delayed SACKs and bundled chunks
             use_patient_consent(pc)
             self._windows.join(pc.sctp)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers: no trickle

@@ -10,7 +10,7 @@ duplicate DATA must still be acknowledged at once, so the sender's fast
 retransmit is not slowed.
 
 aiortc has no switch for this, and the association is created inside
-``RTCPeerConnection``. :func:`use_delayed_sack` changes the class of a peer
+``RTCPeerConnection``. :func:`use_association_class` changes the class of a peer
 connection's association, before any DATA moves, to :class:`DelayedSackSctp`:
 a subclass that overrides only the private ``_send_sack`` hook and adds no
 state aiortc reads. The tests pin the behaviour, so an aiortc release that
@@ -67,11 +67,15 @@ def _quiet(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def use_delayed_sack(pc: Any) -> bool:
-    """Give ``pc``'s SCTP association delayed SACKs; False if it has none yet."""
-    sctp = pc.sctp
+def use_association_class(pc: Any, cls: type[RTCSctpTransport]) -> bool:
+    """Change ``pc``'s SCTP association to ``cls``, a subclass of its class that
+    adds no state aiortc reads; False if ``pc`` has no association yet.
+
+    Done before any DATA moves (right after the descriptions are set), since
+    aiortc creates the association inside ``RTCPeerConnection``."""
+    sctp = getattr(pc, "sctp", None)
     if sctp is None:
         return False
-    if type(sctp) is RTCSctpTransport:
-        sctp.__class__ = DelayedSackSctp
-    return isinstance(sctp, DelayedSackSctp)
+    if not isinstance(sctp, cls) and issubclass(cls, type(sctp)):
+        sctp.__class__ = cls
+    return isinstance(sctp, cls)

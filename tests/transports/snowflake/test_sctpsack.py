@@ -10,7 +10,7 @@ import pytest
 from aiortc.rtcsctptransport import RTCSctpTransport, SackChunk
 
 from transports.snowflake import sctpsack
-from transports.snowflake.sctpsack import DelayedSackSctp, use_delayed_sack
+from transports.snowflake.sctpsack import DelayedSackSctp, use_association_class
 
 
 class Spy:
@@ -121,7 +121,7 @@ async def transfer(delayed: bool, messages: int = 400, size: int = 1000) -> tupl
         await a.setLocalDescription(await a.createOffer())
         await b.setRemoteDescription(a.localDescription)
         if delayed:
-            assert use_delayed_sack(b)
+            assert use_association_class(b, DelayedSackSctp)
         send_chunk = b.sctp._send_chunk
 
         async def counting(chunk):
@@ -157,4 +157,4 @@ def test_a_connection_without_an_association_is_left_alone():
     class NoSctp:
         sctp = None
 
-    assert not use_delayed_sack(NoSctp())
+    assert not use_association_class(NoSctp(), DelayedSackSctp)
