@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aioice import stun
 from aioice.ice import Connection
 
+from tests.support.aiortcpair import collect, negotiate, peer_pair
 from transports.snowflake.consent import (
     CONSENT_TIMEOUT_S,
     RETRANSMISSIONS,
@@ -96,34 +98,19 @@ def test_aioice_still_has_what_the_subclass_overrides_and_reads():
 
 
 def test_a_real_peer_connection_gets_patient_consent_and_still_connects():
-    from aiortc import RTCConfiguration, RTCPeerConnection
-
     async def run():
-        a = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        b = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        try:
+        async with peer_pair() as (a, b):
+            opened = asyncio.Event()
             channel = a.createDataChannel("c")
             assert use_patient_consent(a)
-            opened, got = asyncio.Event(), asyncio.Event()
             channel.on("open", opened.set)
-
-            @b.on("datachannel")
-            def _on(ch):
-                ch.on("message", lambda _m: got.set())
-
-            await a.setLocalDescription(await a.createOffer())
-            await b.setRemoteDescription(a.localDescription)
-            assert use_patient_consent(b)
-            await b.setLocalDescription(await b.createAnswer())
-            await a.setRemoteDescription(b.localDescription)
+            _, got = collect(b, 1)
+            await negotiate(a, b, lambda b: use_patient_consent(b) or pytest.fail("no ICE"))
             await asyncio.wait_for(opened.wait(), 20)
             channel.send(b"x")
             await asyncio.wait_for(got.wait(), 10)
             conn = ice_connection(b)
             return type(conn), conn._query_consent_task is not None
-        finally:
-            await a.close()
-            await b.close()
 
     kind, consent_running = asyncio.run(run())
     assert kind is PatientConsent and consent_running

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import pytest
 from aiortc.rtcsctptransport import (
     SCTP_MAX_PACKET_LENGTH,
     DataChunk,
@@ -15,6 +16,7 @@ from aiortc.rtcsctptransport import (
     serialize_packet,
 )
 
+from tests.support.aiortcpair import collect, negotiate, peer_pair
 from transports.snowflake.sctpbundle import BundlingSctp, bundle_packet, use_bundling
 from transports.snowflake.sctpsack import DelayedSackSctp
 
@@ -91,33 +93,16 @@ def test_handshake_chunks_go_alone_and_outside_a_pass_nothing_waits():
 async def transfer(bundling: bool, messages: int = 300) -> tuple[bool, int]:
     """Tiny messages between two aiortc peers on this host: whether they arrived
     exact and in order, and how many packets the sender's association sent."""
-    from aiortc import RTCConfiguration, RTCPeerConnection
-
-    a = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    b = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    got: list[bytes] = []
-    done, opened = asyncio.Event(), asyncio.Event()
-    try:
+    async with peer_pair() as (a, b):
+        opened = asyncio.Event()
         channel = a.createDataChannel("acks", ordered=True)
         channel.on("open", opened.set)
         if bundling:
             assert use_bundling(a)
         else:
             a.sctp.__class__ = Counting
-
-        @b.on("datachannel")
-        def _on(ch):
-            @ch.on("message")
-            def _m(msg):
-                got.append(msg)
-                if len(got) == messages:
-                    done.set()
-
-        await a.setLocalDescription(await a.createOffer())
-        await b.setRemoteDescription(a.localDescription)
-        assert use_bundling(b)
-        await b.setLocalDescription(await b.createAnswer())
-        await a.setRemoteDescription(b.localDescription)
+        got, done = collect(b, messages)
+        await negotiate(a, b, lambda b: use_bundling(b) or pytest.fail("no association"))
         await asyncio.wait_for(opened.wait(), 20)
         before = a.sctp.packets_sent
         sent = [i.to_bytes(2, "big") * 13 for i in range(messages)]  # 26 bytes each
@@ -126,9 +111,6 @@ async def transfer(bundling: bool, messages: int = 300) -> tuple[bool, int]:
         await asyncio.wait_for(done.wait(), 30)
         exact = hashlib.sha256(b"".join(got)).digest() == hashlib.sha256(b"".join(sent)).digest()
         return exact, a.sctp.packets_sent - before
-    finally:
-        await a.close()
-        await b.close()
 
 
 class Counting(DelayedSackSctp):

@@ -9,6 +9,7 @@ import hashlib
 import pytest
 from aiortc.rtcsctptransport import RTCSctpTransport, SackChunk
 
+from tests.support.aiortcpair import collect, negotiate, peer_pair
 from transports.snowflake import sctpsack
 from transports.snowflake.sctpsack import DelayedSackSctp, use_association_class
 
@@ -98,28 +99,9 @@ def test_no_sack_after_the_association_closed(spy):
 async def transfer(delayed: bool, messages: int = 400, size: int = 1000) -> tuple[bool, int]:
     """A data channel between two aiortc peers on this host's interfaces: whether the
     bytes arrived exact and in order, and how many SACKs the receiver sent."""
-    from aiortc import RTCConfiguration, RTCPeerConnection
-
-    a = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    b = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    got: list[bytes] = []
-    done = asyncio.Event()
-    opened = asyncio.Event()
     sacks = 0
-    try:
-        channel = a.createDataChannel("bulk", ordered=True)
-        channel.on("open", opened.set)
 
-        @b.on("datachannel")
-        def _on(ch):
-            @ch.on("message")
-            def _m(msg):
-                got.append(msg)
-                if len(got) == messages:
-                    done.set()
-
-        await a.setLocalDescription(await a.createOffer())
-        await b.setRemoteDescription(a.localDescription)
+    def prepare(b) -> None:
         if delayed:
             assert use_association_class(b, DelayedSackSctp)
         send_chunk = b.sctp._send_chunk
@@ -130,8 +112,13 @@ async def transfer(delayed: bool, messages: int = 400, size: int = 1000) -> tupl
             await send_chunk(chunk)
 
         b.sctp._send_chunk = counting
-        await b.setLocalDescription(await b.createAnswer())
-        await a.setRemoteDescription(b.localDescription)
+
+    async with peer_pair() as (a, b):
+        opened = asyncio.Event()
+        channel = a.createDataChannel("bulk", ordered=True)
+        channel.on("open", opened.set)
+        got, done = collect(b, messages)
+        await negotiate(a, b, prepare)
         await asyncio.wait_for(opened.wait(), 20)
         sent = [bytes([i % 251]) * size for i in range(messages)]
         for m in sent:
@@ -139,9 +126,6 @@ async def transfer(delayed: bool, messages: int = 400, size: int = 1000) -> tupl
         await asyncio.wait_for(done.wait(), 30)
         exact = hashlib.sha256(b"".join(got)).digest() == hashlib.sha256(b"".join(sent)).digest()
         return exact, sacks
-    finally:
-        await a.close()
-        await b.close()
 
 
 def test_a_real_pair_moves_data_exactly_with_half_the_sacks():
