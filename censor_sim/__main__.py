@@ -104,13 +104,14 @@ class LiveEffects(Effects):
             return
         label = reply.get("label")
         emit("probe_verdict", flow=flow, label=label, shadowsocks=reply.get("shadowsocks"),
-             openvpn=reply.get("openvpn"),
+             openvpn=reply.get("openvpn"), https=reply.get("https"),
              answers_replay=reply.get("answers_replay"),
              escalated=reply.get("escalated"), sources=reply.get("sources", []),
              probes=len(reply.get("results", [])), error=reply.get("error"))
-        blocked = cfg.get("block_labels", [])
-        if label in blocked or {reply.get("shadowsocks"), reply.get("openvpn")} & set(blocked) or (
-                cfg.get("block_on_replay", False) and reply.get("answers_replay")):
+        blocked = set(cfg.get("block_labels", []))
+        verdicts = {label, *(reply.get(k) for k in ("shadowsocks", "openvpn", "https"))}
+        if verdicts & blocked or (cfg.get("block_on_replay", False)
+                                  and reply.get("answers_replay")):
             self.block_server(flow["server"], flow["server_port"], flow["proto"])
 
 

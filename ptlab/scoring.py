@@ -170,8 +170,9 @@ def score_censor(row: Row, events: Iterable[dict[str, Any]], t_client: float,
         elif kind == "probe_request":
             row.probes_sent += 1
         elif kind == "probe_verdict":
-            # The Frolov suite's label, else the Alice or OpenVPN suite's class.
-            label = str(e.get("label") or e.get("shadowsocks") or e.get("openvpn"))
+            # The Frolov suite's label, else the Alice, OpenVPN or HTTPS suite's class.
+            label = str(e.get("label") or e.get("shadowsocks") or e.get("openvpn")
+                        or e.get("https"))
             row.probe_verdicts[label] = row.probe_verdicts.get(label, 0) + 1
         elif kind == "counters":
             saw_counters = True

@@ -14,8 +14,9 @@ distribution), runs the suites, and answers one JSON line::
      "results": [...]}
 
 ``shadowsocks`` is the Alice suite's class of the server (:func:`.alice.classify`),
-``openvpn`` the OpenVPN suite's (:func:`.openvpn.investigate`), ``label`` the Frolov
-suite's.
+``openvpn`` the OpenVPN suite's (:func:`.openvpn.investigate`), ``https`` the HTTPS
+front suite's (:func:`.https.classify`: is it only a web server?), ``label`` the
+Frolov suite's.
 
 With ``--sources PREFIX[,PREFIX6]`` every probe connection comes from its own
 random address in those prefixes (:mod:`.sources`), as the GFW's probes come
@@ -32,7 +33,7 @@ from typing import Any
 
 from ptcommon.events import EventLog
 
-from . import alice, openvpn
+from . import alice, https, openvpn
 from .observe import run_suite
 from .probes import frolov_suite
 from .sources import SourcePool
@@ -59,12 +60,13 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
         return {"id": rid, "error": f"bad request: {exc!r}"}
     if not 0 < port < 65536 or not 0 < watch <= 600 or not 0 <= delay <= 3600:
         return {"id": rid, "error": "bad request: port, watch_s or delay_s out of range"}
-    if unknown := set(suites) - {"alice", "frolov", "openvpn"}:
+    if unknown := set(suites) - {"alice", "frolov", "openvpn", "https"}:
         return {"id": rid, "error": f"bad request: unknown suites {sorted(unknown)}"}
     await asyncio.sleep(delay)
     factory = pool.factory if pool else None
     out: dict[str, Any] = {"id": rid, "label": None, "shadowsocks": None, "openvpn": None,
-                           "answers_replay": False, "escalated": False, "results": []}
+                           "https": None, "answers_replay": False, "escalated": False,
+                           "results": []}
     if "alice" in suites and payload:
         inv = await alice.investigate(host, port, payload, watch_s=watch, sock_factory=factory)
         out.update(answers_replay=inv.answers_replay, escalated=inv.escalated,
@@ -74,6 +76,11 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
         ov = await openvpn.investigate(host, port, watch_s=watch, sock_factory=factory)
         out["openvpn"] = ov.label
         out["results"] += [r.to_json() for r in ov.results]
+    if "https" in suites:
+        answers = await https.investigate(host, port, payload, watch_s=watch,
+                                          sock_factory=factory)
+        out["https"] = https.classify(answers)
+        out["results"] += [a.to_json() for a in answers]
     if "frolov" in suites:
         probes = frolov_suite()
         results = await run_suite(host, port, probes, watch_s=watch, sock_factory=factory)

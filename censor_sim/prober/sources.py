@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 SMALL = 1 << 16  # prefixes up to this many hosts hand out every address once per round
+IPV6_FREEBIND = 78  # linux/in6.h (Linux 4.15 and later)
 
 
 class SourcePool:
@@ -82,6 +83,10 @@ class SourcePool:
         addr = self.pick(family)
         if addr is not None:
             try:
+                if family == socket.AF_INET6:
+                    # IPv4 binds any address of a local route; IPv6 checks that the
+                    # address is configured unless the socket may bind freely.
+                    sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
                 sock.bind((addr, 0))
             except OSError as exc:
                 sock.close()

@@ -14,6 +14,10 @@
   row, and the client's tor runs our Snowflake client PT.
 * ``tor+conjure`` - the client's tor runs our Conjure client PT (min); the
   ISP station relays the phantom connection to the bridge's plain ORPort.
+* ``tor+webtunnel`` - the bridge's tor runs our WebTunnel server PT on the
+  loopback behind Debian's nginx (the ``webtunnel`` row's site and secret
+  path); the client's tor runs our WebTunnel client PT with the bridge line
+  the server wrote, placeholder address and all.
 
 The workloads go through the client tor's SOCKS port to the web node, over
 a three-hop circuit, byte-exact as for every row. The network starts once
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from netns.topology import Topology
+from transports.webtunnel.synthetic import SYNTHETIC_PORT, synthetic_address
 
 from ..labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
 from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
@@ -36,6 +41,10 @@ from .conjure import PHANTOMS as CONJURE_PHANTOMS
 from .conjure import PLUGIN as CONJURE
 from .snowflake import BRIDGE_PORT as SNOWFLAKE_BRIDGE_PORT
 from .snowflake import SNOWFLAKE
+from .webtunnel import BACKEND_PORT as WEBTUNNEL_BACKEND_PORT
+from .webtunnel import bridge_args as webtunnel_bridge_args
+from .webtunnel import front_service as webtunnel_front
+from .webtunnel import site_url as webtunnel_url
 
 OBFS4_PORT = 9002  # the bridge's obfs4 listener
 MEEK_PLACEHOLDER = "198.19.254.1:1"  # a meek bridge line's address: never dialled
@@ -71,7 +80,7 @@ class TorPlugin(LabPlugin):
             CONJURE.extend_topology(topology, {})  # the ISP's phantom space
 
     def peer_binaries(self) -> list[str]:
-        return ["tor"]
+        return ["tor", "nginx"] if self.transport == "webtunnel" else ["tor"]
 
     def _network(self, ctx: CellContext) -> TorNetwork:
         # Everything tor writes goes to the lab's state directory, which goes
@@ -111,6 +120,8 @@ class TorPlugin(LabPlugin):
             services += [svc for svc in SNOWFLAKE.servers(ctx) if svc.name != "snowflake-bridge"]
         if self.transport == "conjure":
             services += CONJURE.servers(ctx)  # the station and its registrar
+        if self.transport == "webtunnel":
+            services.append(webtunnel_front(ctx))  # nginx, in front of the bridge's PT
         return services
 
     def _server_lines(self, ctx: CellContext) -> list[str]:
@@ -124,6 +135,10 @@ class TorPlugin(LabPlugin):
                     f"ServerTransportOptions meek trusted-edge={edge}"]
         if self.transport == "snowflake":
             return [f"ServerTransportListenAddr snowflake 0.0.0.0:{SNOWFLAKE_BRIDGE_PORT}"]
+        if self.transport == "webtunnel":
+            # On the loopback: only nginx reaches it, for the secret path.
+            return [f"ServerTransportListenAddr webtunnel 127.0.0.1:{WEBTUNNEL_BACKEND_PORT}",
+                    f"ServerTransportOptions webtunnel url={webtunnel_url(ctx)}"]
         raise ValueError(f"no bridge configuration for {self.transport}")
 
     def _bridge_line(self, ctx: CellContext, fingerprint: str) -> str:
@@ -148,6 +163,12 @@ class TorPlugin(LabPlugin):
                     "covert": f"{ctx.lab.addr('bridge')}:{BRIDGE_ORPORT}",
                     "reg-delay": "0.75", "front": "front.lab"}
             return (f"Bridge conjure {CONJURE_PLACEHOLDER} {fingerprint} "
+                    + " ".join(f"{k}={v}" for k, v in args.items()))
+        if self.transport == "webtunnel":
+            # As Tor's bridge line has it: the url's synthetic address (never dialled).
+            args = webtunnel_bridge_args(ctx)
+            address = f"[{synthetic_address(args['url'])}]:{SYNTHETIC_PORT}"
+            return (f"Bridge webtunnel {address} {fingerprint} "
                     + " ".join(f"{k}={v}" for k, v in args.items()))
         raise ValueError(f"no bridge line for {self.transport}")
 
@@ -220,6 +241,9 @@ TOR_SNOWFLAKE = TorPlugin("tor+snowflake", "snowflake", "tor with a bridge whose
 TOR_CONJURE = TorPlugin("tor+conjure", "conjure", "tor whose Conjure client PT (min) registers "
                         "through the edge and reaches a plain bridge ORPort through the ISP "
                         "station's phantom address")
+TOR_WEBTUNNEL = TorPlugin("tor+webtunnel", "webtunnel", "tor with a bridge whose tor runs our "
+                          "WebTunnel server PT behind Debian nginx (bridge.lab, secret path), "
+                          "and our WebTunnel client PT")
 TOR_MEEK = TorPlugin("tor+meek", "meek", "tor with a bridge whose tor runs our meek server "
                      "PT behind the edge (meek.lab), and our meek client PT fronted by "
                      "front.lab")

@@ -83,3 +83,16 @@ def test_a_pool_the_node_does_not_own_is_a_clear_probe_error():
     pool = SourcePool(["198.19.250.0/24"])  # no local route for it here
     r = asyncio.run(observe("127.0.0.1", 9, Probe("p", b"x"), 0.5, sock_factory=pool.factory))
     assert r.close == "ERROR" and "cannot bind probe source" in r.error
+
+
+def test_an_ipv6_pool_binds_without_configuring_each_address():
+    """IPv6 refuses to bind an address that a local route covers but no interface
+    carries, unless the socket may bind freely: the lab prober's IPv6 probes failed so."""
+    pool = SourcePool(["2001:db8:fa00::/64"], seed=3)
+    sock = pool.factory(socket.AF_INET6)
+    try:
+        bound = sock.getsockname()[0]
+    finally:
+        sock.close()
+    assert bound == pool.used[-1]
+    assert ipaddress.ip_address(bound) in ipaddress.ip_network("2001:db8:fa00::/64")

@@ -23,15 +23,15 @@ def test_vanilla_tor_bootstraps_and_fetches(lab):
     assert any(n.startswith("tor: Bootstrapped 100%") for n in row.notes)
 
 
-@pytest.mark.parametrize("transport", ["obfs4", "meek"])
+@pytest.mark.parametrize("transport", ["obfs4", "meek", "webtunnel"])
 def test_tor_over_our_bridge_and_what_the_ext_orport_saw(lab, transport):
     row = lab.run_cell(f"tor+{transport}", "none", **BOOT)
     assert row.status == "reachable", row.error
     assert any(n.startswith("tor: Bootstrapped 100%") for n in row.notes)
     # The bridge's tor learnt the transport and the client's address from our
     # server PT through the Extended ORPort (TRANSPORT, USERADDR), as its debug
-    # log says; meek's address comes from the edge's Meek-IP header, in
-    # whichever family the client used.
+    # log says; meek's address comes from the edge's Meek-IP header, and
+    # WebTunnel's from nginx's X-Forwarded-For, in whichever family the client used.
     clients = {lab.lab.addr("client"), lab.lab.addr("client", v6=True)}
     seen = [n for n in row.notes if n.startswith("bridge tor (Extended ORPort)")]
     assert seen, row.notes

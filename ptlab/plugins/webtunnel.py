@@ -1,0 +1,115 @@
+"""The WebTunnel rows: our client, through Debian's nginx, to our server.
+
+Where each piece runs (docs/transports/webtunnel.md §6):
+
+* Debian's nginx in the bridge namespace, on port 443 of every bridge address,
+  with a lab certificate for the bridge's own name (``bridge.lab``, not the
+  CDN edge's). It serves a small real site and proxies one secret path, with
+  ``Upgrade``, to the loopback (:mod:`ptlab.services.nginxfront`), as Tor's
+  documentation tells bridge operators to;
+* our WebTunnel server in PT managed mode behind it, on the loopback, relaying
+  each upgraded connection to the lab's upstream;
+* our client in PT managed mode in the client namespace, given the bridge
+  line's arguments (``url=https://bridge.lab/<secret>``); it trusts the lab CA.
+
+Rows: ``webtunnel`` (SNI ``bridge.lab``) and ``webtunnel-imitation``, whose
+client sends ``sni-imitation=www.benign.lab`` and still checks the certificate
+for ``bridge.lab``. Options: ``sni_imitation``, ``servername`` (bridge-line
+arguments of the same names; ``""`` for none). ``tor+webtunnel`` is in
+:mod:`.tor`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from transports.webtunnel.synthetic import SYNTHETIC_PORT, VERSION, synthetic_address
+
+from ..services.ca import LabCA
+from ..services.nginxfront import Front, secret_path
+from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
+
+SITE_NAME = "bridge.lab"
+FRONT_PORT = 443  # nginx, on every bridge address
+BACKEND_PORT = 15000  # our server, on the bridge's loopback
+PT_CMD = [sys.executable, "-m", "transports.pt"]
+OPTIONS = {"sni_imitation": "sni-imitation", "servername": "servername"}
+
+
+def site_url(ctx: CellContext) -> str:
+    return f"https://{SITE_NAME}/{secret_path(ctx.seed)}"
+
+
+def front(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Front:
+    """The cell's nginx: the site, the bridge's certificate, the secret path."""
+    if ctx.lab_ca is None:
+        raise ValueError("WebTunnel's rows need the lab CA (the bridge's certificate)")
+    ca = LabCA.load_or_create(Path(ctx.lab_ca).parent)
+    addrs = [ctx.lab.addr("bridge"), ctx.lab.addr("bridge", v6=True)]
+    cert, key = ca.issue([SITE_NAME], addrs, "webtunnel-bridge")
+    listen = tuple(f"[{a}]:{FRONT_PORT}" if ":" in a else f"{a}:{FRONT_PORT}" for a in addrs)
+    return Front(ctx.workdir / "webtunnel-nginx", listen, SITE_NAME, cert, key,
+                 secret_path(ctx.seed), backend_port).write()
+
+
+def front_service(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Service:
+    """nginx under :mod:`ptlab.extlaunch`: it prints nothing when ready, so the
+    launcher says so once port 443 accepts."""
+    site = front(ctx, backend_port)
+    return Service("webtunnel-nginx", "bridge", ctx.py(
+        "ptlab.extlaunch", "--ready-port", f"{ctx.lab.addr('bridge')}:{FRONT_PORT}",
+        "--component", "webtunnel-nginx", "--", *site.argv()))
+
+
+def bridge_args(ctx: CellContext) -> dict[str, str]:
+    return {"url": site_url(ctx), "ver": VERSION}
+
+
+class WebTunnelPlugin(LabPlugin):
+    def __init__(self, name: str, description: str, **defaults: str) -> None:
+        self.name, self.description = name, description
+        self.defaults = defaults  # option -> value
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        unknown = set(options) - set(OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(OPTIONS))})")
+        for key, value in options.items():
+            if not isinstance(value, str) or any(c.isspace() for c in value):
+                raise ValueError(f"{key} must be a name with no spaces, not {value!r}")
+
+    def servers(self, ctx: CellContext) -> list[Service]:
+        host, port = ctx.upstream
+        server = Service("webtunnel-server", "bridge", ctx.py(
+            "ptlab.ptparent", "server", "--transport", "webtunnel",
+            "--state", str(ctx.workdir / "webtunnel-server-state"),
+            "--info", str(ctx.workdir / "webtunnel-server.json"),
+            "--bind", f"127.0.0.1:{BACKEND_PORT}", "--orport", f"{host}:{port}",
+            "--option", f"url={site_url(ctx)}", "--", *PT_CMD))
+        return [server, front_service(ctx)]
+
+    def clients(self, ctx: CellContext) -> list[Service]:
+        return [pt_client_service(ctx, self.name, "webtunnel", PT_CMD)]
+
+    def endpoint(self, ctx: CellContext) -> Endpoint:
+        host, port = pt_client_socks(ctx, self.name)
+        args = bridge_args(ctx)
+        for option, arg in OPTIONS.items():
+            if value := ctx.options.get(option, self.defaults.get(option, "")):
+                args[arg] = value
+        # The bridge line's address is a placeholder derived from the url (§4).
+        return Endpoint(host, port, str(synthetic_address(args["url"])), SYNTHETIC_PORT, args)
+
+    def peer_binaries(self) -> list[str]:
+        return ["nginx"]
+
+
+WEBTUNNEL = WebTunnelPlugin("webtunnel", "ptlab's WebTunnel client and server behind Debian "
+                            "nginx (a small real site; only the secret path is proxied)")
+WEBTUNNEL_IMITATION = WebTunnelPlugin(
+    "webtunnel-imitation", "ptlab's WebTunnel with sni-imitation=www.benign.lab: the SNI "
+    "names another site, the certificate is still checked for bridge.lab",
+    sni_imitation="www.benign.lab")

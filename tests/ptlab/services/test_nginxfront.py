@@ -1,0 +1,218 @@
+"""Debian's nginx with our WebTunnel server behind its secret path, against the same
+nginx with nothing behind it (issue 25): a prober that does not know the path gets
+the same answers byte for byte, the path itself upgrades, and bad requests on it
+get nginx's own errors while the server carries on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from censor_sim.prober import https
+from ptlab.extlaunch import port_open
+from ptlab.services.ca import LabCA
+from ptlab.services.nginxfront import Front, secret_path
+from tests.support.echo import echo
+from transports.webtunnel.args import ClientArgs
+from transports.webtunnel.client import WebTunnelClientFactory
+from transports.webtunnel.server import ServerConfig, WebTunnelServer, listen
+
+pytestmark = pytest.mark.skipif(shutil.which("nginx") is None,
+                                reason="nginx is not installed (scripts/setup installs it)")
+
+NAME = "bridge.lab"
+SECRET = secret_path(25)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Backend:
+    """Our WebTunnel server on its own event loop in a thread, echoing every tunnel
+    and remembering the forwarded client addresses."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.addresses: list[str] = []
+        self.errors: list[dict] = []  # anything that reached the loop's exception handler
+        self.loop.set_exception_handler(lambda _loop, context: self.errors.append(context))
+        self.server = WebTunnelServer(ServerConfig(f"https://{NAME}/{SECRET}"), self._tunnel)
+        self.port = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    async def _tunnel(self, inner, client_addr: str) -> None:
+        self.addresses.append(client_addr)
+        await echo(*inner)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        listening = self.loop.run_until_complete(listen(self.server, "127.0.0.1", 0))
+        self.port = listening.port
+        ready.set()
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def run_nginx(front: Front) -> subprocess.Popen:
+    proc = subprocess.Popen(front.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    host, _, port = front.listen[0].rpartition(":")
+    deadline = time.monotonic() + 10
+    while not port_open(host, int(port)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"nginx did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+class Fronts:
+    def __init__(self, root: Path) -> None:
+        self.ca = LabCA.load_or_create(root / "ca")
+        cert, key = self.ca.issue([NAME], ["127.0.0.1"], "bridge")
+        self.backend = Backend()
+        self.tunnel = Front(root / "tunnel", (f"127.0.0.1:{free_port()}",), NAME, cert, key,
+                            SECRET, self.backend.port).write()
+        self.plain = Front(root / "plain", (f"127.0.0.1:{free_port()}",), NAME, cert,
+                           key).write()
+        # The same site: the same files with the same times (nginx's ETag and
+        # Last-Modified come from them).
+        for front in (self.tunnel, self.plain):
+            for page in front.site.iterdir():
+                os.utime(page, (1_700_000_000, 1_700_000_000))
+        self.procs = [run_nginx(self.tunnel), run_nginx(self.plain)]
+
+    @staticmethod
+    def port(front: Front) -> int:
+        return int(front.listen[0].rpartition(":")[2])
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+            p.wait(10)
+        self.backend.stop()
+
+
+@pytest.fixture(scope="module")
+def fronts(tmp_path_factory) -> Iterator[Fronts]:
+    f = Fronts(tmp_path_factory.mktemp("nginxfront"))
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+def answers(front: Front, probes: list[https.HttpsProbe]) -> list[https.HttpsAnswer]:
+    async def go() -> list[https.HttpsAnswer]:
+        return [await https.ask("127.0.0.1", Fronts.port(front), NAME, p, 5.0) for p in probes]
+    return asyncio.run(go())
+
+
+def test_a_prober_without_the_secret_sees_the_same_nginx_byte_for_byte(fronts):
+    probes = [p for seed in range(5) for p in https.suite(seed)]
+    probes += [https.HttpsProbe("page", "/about.html"), https.HttpsProbe("css", "/style.css"),
+               https.HttpsProbe("prefix", f"/{SECRET[:-1]}"),
+               https.HttpsProbe("suffix", f"/{SECRET}x"),
+               https.HttpsProbe("subpath", f"/{SECRET}/"),
+               https.HttpsProbe("case", f"/{SECRET.swapcase()}", (
+                   ("Connection", "Upgrade"), ("Upgrade", "websocket")))]
+    tunnel, plain = answers(fronts.tunnel, probes), answers(fronts.plain, probes)
+    for t, p in zip(tunnel, plain, strict=True):
+        assert t.error is None and p.error is None, (t.probe, t.error, p.error)
+        assert t.comparable() == p.comparable(), t.probe
+    # Not vacuous: the site's pages and nginx's own 404s both came back.
+    assert {a.status for a in tunnel} == {200, 404}
+    assert https.classify(tunnel) == https.classify(plain) == https.WEB_SERVER
+    assert not fronts.backend.addresses  # nothing reached the tunnel server
+
+
+def test_the_secret_path_upgrades_through_nginx_with_the_forwarded_address(fronts):
+    port = Fronts.port(fronts.tunnel)
+    args = ClientArgs.parse({"url": f"https://{NAME}:{port}/{SECRET}",
+                             "addr": f"127.0.0.1:{port}"})
+    factory = WebTunnelClientFactory(args, cafile=str(fronts.ca.ca_path))
+    data = os.urandom(300_000)
+
+    async def go() -> bytes:
+        reader, writer = await factory.dial("192.0.2.1", 443)
+        writer.write(data)
+        got = await asyncio.wait_for(reader.readexactly(len(data)), 20)
+        writer.close()
+        return got
+
+    assert asyncio.run(go()) == data
+    # From X-Forwarded-For, with the port Tor's server reports for it.
+    assert fronts.backend.addresses[-1] == "127.0.0.1:60000"
+
+
+def raw_request(port: int, request: bytes) -> bytes:
+    """One TLS connection to nginx, ``request`` sent, everything it answers until it
+    closes (or two seconds pass)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            ctx.wrap_socket(raw, server_hostname=NAME) as tls:
+        tls.sendall(request)
+        tls.settimeout(2)
+        out = b""
+        try:
+            while chunk := tls.recv(65536):
+                out += chunk
+        except (TimeoutError, ssl.SSLError, ConnectionError):
+            pass
+        return out
+
+
+TOKEN = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126,
+                                       exclude_characters=":"), min_size=1, max_size=12)
+HEADER = st.tuples(st.sampled_from(["Connection", "Upgrade", "Host", "Content-Length",
+                                    "Transfer-Encoding", "X-Forwarded-For"]) | TOKEN,
+                   st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(
+                       b"\n", b"")))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from([b"GET", b"POST", b"HEAD", b"CONNECT", b"G\x00T"]) | st.binary(
+           min_size=1, max_size=8),
+       version=st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.1x", b""]),
+       headers=st.lists(HEADER, max_size=6), body=st.binary(max_size=64))
+def test_bad_requests_on_the_secret_path_get_nginxs_own_errors(fronts, method, version,
+                                                              headers, body):
+    head = method + b" /" + SECRET.encode() + (b" " + version if version else b"") + b"\r\n"
+    head += b"".join(k.encode() + b": " + v + b"\r\n" for k, v in headers)
+    answer = raw_request(Fronts.port(fronts.tunnel), head + b"\r\n" + body)
+    if answer.startswith(b"HTTP/1.1 101 Switching Protocols\r\n"):
+        # A request that really was an upgrade: nginx passed our server's exact 101.
+        assert b"\r\nUpgrade: websocket\r\n" in answer
+        return
+    if answer.startswith(b"<html>"):
+        # An HTTP/0.9 request (no version) gets nginx's error page with no head.
+        assert b"<center>nginx/" in answer, answer[:300]
+    elif answer:
+        # Everything else is nginx talking: its status line, its Server field.
+        status = answer.split(b"\r\n", 1)[0]
+        assert status.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:200]
+        assert b"\r\nServer: nginx" in answer, answer[:300]
+    # Nothing escaped the server's handlers.
+    assert fronts.backend.thread.is_alive() and not fronts.backend.errors
