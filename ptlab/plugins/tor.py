@@ -17,7 +17,7 @@
 * ``tor+webtunnel`` - the bridge's tor runs our WebTunnel server PT on the
   loopback behind Debian's nginx (the ``webtunnel`` row's site and secret
   path); the client's tor runs our WebTunnel client PT with the bridge line
-  the server wrote, placeholder address and all.
+  Tor publishes for such a bridge, synthetic address and all.
 
 The workloads go through the client tor's SOCKS port to the web node, over
 a three-hop circuit, byte-exact as for every row. The network starts once
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from netns.topology import Topology
-from transports.webtunnel.synthetic import SYNTHETIC_PORT, synthetic_address
+from transports.webtunnel.synthetic import bridge_line as webtunnel_bridge_line
 
 from ..labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
 from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
@@ -42,7 +42,6 @@ from .conjure import PLUGIN as CONJURE
 from .snowflake import BRIDGE_PORT as SNOWFLAKE_BRIDGE_PORT
 from .snowflake import SNOWFLAKE
 from .webtunnel import BACKEND_PORT as WEBTUNNEL_BACKEND_PORT
-from .webtunnel import bridge_args as webtunnel_bridge_args
 from .webtunnel import front_service as webtunnel_front
 from .webtunnel import site_url as webtunnel_url
 
@@ -165,11 +164,8 @@ class TorPlugin(LabPlugin):
             return (f"Bridge conjure {CONJURE_PLACEHOLDER} {fingerprint} "
                     + " ".join(f"{k}={v}" for k, v in args.items()))
         if self.transport == "webtunnel":
-            # As Tor's bridge line has it: the url's synthetic address (never dialled).
-            args = webtunnel_bridge_args(ctx)
-            address = f"[{synthetic_address(args['url'])}]:{SYNTHETIC_PORT}"
-            return (f"Bridge webtunnel {address} {fingerprint} "
-                    + " ".join(f"{k}={v}" for k, v in args.items()))
+            # As Tor publishes it: the url's synthetic address (never dialled).
+            return f"Bridge {webtunnel_bridge_line(webtunnel_url(ctx), fingerprint)}"
         raise ValueError(f"no bridge line for {self.transport}")
 
     def clients(self, ctx: CellContext) -> list[Service]:

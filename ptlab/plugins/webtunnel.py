@@ -63,10 +63,6 @@ def front_service(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Service
         "--component", "webtunnel-nginx", "--", *site.argv()))
 
 
-def bridge_args(ctx: CellContext) -> dict[str, str]:
-    return {"url": site_url(ctx), "ver": VERSION}
-
-
 class WebTunnelPlugin(LabPlugin):
     def __init__(self, name: str, description: str, **defaults: str) -> None:
         self.name, self.description = name, description
@@ -96,7 +92,7 @@ class WebTunnelPlugin(LabPlugin):
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
         host, port = pt_client_socks(ctx, self.name)
-        args = bridge_args(ctx)
+        args = {"url": site_url(ctx), "ver": VERSION}  # as the server's bridge line has them
         for option, arg in OPTIONS.items():
             if value := ctx.options.get(option, self.defaults.get(option, "")):
                 args[arg] = value
