@@ -4,6 +4,7 @@ breaks a benchmark fails here rather than when someone needs the figures."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -57,3 +59,14 @@ def test_snowflake_scale_refuses_a_zero_count(capsys):
         load("snowflake_scale").main(["--clients", "0"])
     assert e.value.code == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_hostile_quick_junk_flood_leaves_room_for_a_legitimate_client(capsys):
+    """CI's subset of issue 29's benchmark: 300 silent junk connections against each
+    probe-resistant server under a 256-descriptor limit."""
+    assert load("hostile").main(["--quick"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["obfs4", "scramblesuit"]
+    for r in rows:
+        assert r[1:5] == ["junk", "x300", "ok", "ok"], r  # during the flood, and after it
+        assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks

@@ -16,7 +16,9 @@ import collections
 import contextlib
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .budget import unauthenticated_cap
 
 READ_SIZE = 65536
 
@@ -28,7 +30,8 @@ class ServerPolicy:
     handshake_timeout_s: float = 60.0
     unauth_timeout_s: float = 300.0
     unauth_jitter_s: float = 60.0
-    max_unauthenticated: int = 4096
+    # Derived from the descriptor budget when the policy is made (transports/common/budget.py).
+    max_unauthenticated: int = field(default_factory=unauthenticated_cap)
 
 
 class Gatekeeper:

@@ -20,7 +20,10 @@ Lifetime follows the spec's shutdown section: stdin closing (when
 ``TOR_PT_EXIT_ON_STDIN_CLOSE=1``), SIGTERM or the parent's death end the
 process now; a first SIGINT closes the listeners and waits for open
 connections, a second SIGINT ends it now. Errors reach tor as ``LOG`` lines,
-without client addresses, because tor's own logs scrub them too.
+without client addresses, because tor's own logs scrub them too. A server
+raises its descriptor limit to the hard one and derives its caps from it, and
+running out of a resource is one ``LOG`` line a second, not a traceback per
+failed ``accept()`` (transports/common/budget.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from .. import base
+from ..common.budget import QuietErrors, raise_nofile_limit, unauthenticated_cap
 from ..common.relay import relay
 from . import environment, extorport, messages, socks5
 from .environment import ClientConfig, PTEnvError, ServerConfig
@@ -355,6 +359,14 @@ async def run(cfg: ClientConfig | ServerConfig) -> int:
     """Serve until told to stop; the exit status."""
     life = Lifetime()
     life.install(cfg.exit_on_stdin_close)
+    # Out of descriptors or buffers: one LOG line a second, never a traceback each time.
+    QuietErrors(lambda line: _log("warning", line)).install(asyncio.get_running_loop())
+    if isinstance(cfg, ServerConfig):
+        # A bridge faces strangers: take every descriptor the hard limit allows, and
+        # derive the caps from that (transports/common/budget.py).
+        budget = raise_nofile_limit()
+        _log("notice", f"descriptor budget {budget}; at most {unauthenticated_cap(budget)} "
+                       "connections may wait for a handshake")
     if isinstance(cfg, ClientConfig):
         servers = await start_client(cfg, life)
     else:

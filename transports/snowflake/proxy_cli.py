@@ -22,6 +22,8 @@ import sys
 
 from aiohttp import web
 
+from transports.common.budget import QuietErrors, raise_nofile_limit
+
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
 from .udpports import PortRange, PortRangeEventLoop
@@ -127,7 +129,12 @@ async def _run(args: argparse.Namespace) -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, args.metrics_address, args.metrics_port).start()
-    logging.getLogger("snowflake-proxy").info("proxy starting (broker %s)", cfg.broker)
+    log = logging.getLogger("snowflake-proxy")
+    # As Go's runtime does for Tor's proxy: every descriptor the hard limit allows;
+    # running out is one line a second (transports/common/budget.py).
+    budget = raise_nofile_limit()
+    QuietErrors(log.warning).install(loop)
+    log.info("proxy starting (broker %s; descriptor budget %d)", cfg.broker, budget)
     try:
         await proxy.run(stop)
     finally:

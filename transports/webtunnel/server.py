@@ -25,11 +25,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import resource
 import ssl
 from dataclasses import dataclass, field
 
 from transports.base import Handoff
+from transports.common.budget import unauthenticated_cap
 from transports.common.servertls import server_tls
 from transports.common.silence import Gatekeeper, ServerPolicy
 from transports.pt.messages import format_addr
@@ -41,19 +41,7 @@ from .upgrade import UpgradeError, forwarded_address, server_upgrade
 log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 30.0
-OPTIONS = ("url", "cert", "key")
-
-
-def default_max_unauthenticated() -> int:
-    """A quarter of the descriptor limit, at most 4096: a flood of open requests
-    cannot take the descriptors that relayed sessions (two each) need."""
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
-        soft = 1024
-    if soft == resource.RLIM_INFINITY:
-        return 4096
-    return max(16, min(4096, soft // 4))
+OPTIONS = ("url", "cert", "key", "max-unauthenticated")
 
 
 @dataclass
@@ -61,7 +49,7 @@ class ServerConfig:
     url: str
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     max_head_bytes: int = MAX_HEAD_BYTES
-    max_unauthenticated: int = field(default_factory=default_max_unauthenticated)
+    max_unauthenticated: int = field(default_factory=unauthenticated_cap)
 
 
 @dataclass
@@ -155,7 +143,9 @@ async def listen(server: WebTunnelServer, host: str, port: int,
 
 def config_from_options(options: dict[str, str]) -> tuple[ServerConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS``): ``url`` (required, the
-    public url clients use), and ours: ``cert``/``key`` for TLS without a front."""
+    public url clients use), and ours: ``cert``/``key`` for TLS without a front, and
+    ``max-unauthenticated`` (default: from the descriptor budget,
+    docs/transports/budgets.md §2)."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(f"webtunnel server: unknown option {unknown[0]!r} "
@@ -164,7 +154,15 @@ def config_from_options(options: dict[str, str]) -> tuple[ServerConfig, ssl.SSLC
     if not url:
         raise ValueError("missing url parameter")
     tls = server_tls(options.get("cert"), options.get("key"), "webtunnel server")
-    return ServerConfig(url), tls
+    config = ServerConfig(url)
+    if "max-unauthenticated" in options:
+        try:
+            config.max_unauthenticated = int(options["max-unauthenticated"])
+        except ValueError:
+            raise ValueError("max-unauthenticated must be a whole number") from None
+        if config.max_unauthenticated < 1:
+            raise ValueError("max-unauthenticated must be at least 1")
+    return config, tls
 
 
 class WebTunnelServerFactory:

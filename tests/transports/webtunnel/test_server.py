@@ -178,6 +178,11 @@ def test_options():
         config_from_options({"url": "https://b.example/p", "path": "/x"})
     with pytest.raises(ValueError, match="cert and key go together"):
         config_from_options({"url": "https://b.example/p", "cert": "c.pem"})
+    capped, _ = config_from_options({"url": "https://b.example/p", "max-unauthenticated": "7"})
+    assert capped.max_unauthenticated == 7
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(ValueError, match="max-unauthenticated"):
+            config_from_options({"url": "https://b.example/p", "max-unauthenticated": bad})
 
 
 def test_the_factory_announces_the_synthetic_address_and_url_ver():

@@ -1,0 +1,236 @@
+"""Our servers under hostile load, as a hostile client would try them (issue 29).
+
+Each server runs as its own process under a descriptor limit (``--nofile``,
+1,024 by default, as ``ulimit -n 1024`` gives), relaying to an echo upstream
+in this process. For each server x attack it runs the attack, then a
+legitimate client's byte-exact exchange while the attack holds, then the
+attack ends and the legitimate exchange runs again. It prints, per row: the
+legitimate result during and after, the server's peak RSS and descriptors,
+the bytes it logged and the tracebacks among them.
+
+Attacks so far:
+
+* ``junk``: ``--junk`` connections (1,100 by default) that each send a few
+  random bytes and stay open: the probe-resistant servers (obfs4,
+  ScrambleSuit) must stay silent on them, so they pile up.
+
+``--quick`` runs a smaller attack (CI's form). Run:
+``.venv/bin/python benchmarks/hostile.py [--quick] [--servers obfs4,scramblesuit]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ptlab.ptparent import parse_method  # noqa: E402
+from tests.support.echo import start_echo_server  # noqa: E402
+from transports import base as transports  # noqa: E402
+
+EXCHANGE = os.urandom(64 * 1024)
+
+
+@dataclass
+class Server:
+    """One server process and what it announced."""
+
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    host: str
+    port: int
+    args: dict[str, str]
+    peak_rss_kib: int = 0
+    peak_fds: int = 0
+
+    def sample(self) -> None:
+        """Note the process's RSS and descriptor count now (peaks are kept)."""
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
+            self.peak_fds = max(self.peak_fds, len(os.listdir(f"/proc/{self.proc.pid}/fd")))
+
+    def log_bytes(self) -> int:
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def tracebacks(self) -> int:
+        return self.log.read_text(errors="replace").count("Traceback") if self.log.exists() \
+            else 0
+
+
+def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
+                    nofile: int) -> Server:
+    """Our managed-mode server PT for ``transport`` on loopback, under ``nofile``."""
+    state = workdir / f"{transport}-state"
+    state.mkdir(parents=True, exist_ok=True)
+    log = workdir / f"{transport}.log"
+    env = {**os.environ, "TOR_PT_MANAGED_TRANSPORT_VER": "1",
+           "TOR_PT_STATE_LOCATION": str(state), "TOR_PT_SERVER_TRANSPORTS": transport,
+           "TOR_PT_SERVER_BINDADDR": f"{transport}-127.0.0.1:0",
+           "TOR_PT_ORPORT": f"{orport[0]}:{orport[1]}"}
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    out = open(log, "wb")  # noqa: SIM115 - the process owns it until it exits
+    proc = subprocess.Popen([sys.executable, "-m", "transports.pt"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
+                            preexec_fn=limit)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().decode(errors="replace").strip()
+        if not line:
+            break
+        info = parse_method(line)
+        if info and info["kind"] == "server":
+            host, _, port = info["addr"].rpartition(":")
+            # The PT's stdout keeps flowing into our log from now on.
+            _drain(proc.stdout, out)
+            return Server(transport, proc, log, host.strip("[]"), int(port), info["args"])
+    proc.kill()
+    raise RuntimeError(f"{transport}: no SMETHOD; log: {log.read_text()[-2000:]}")
+
+
+def _drain(stream, out) -> None:
+    import threading
+
+    def copy() -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            out.write(chunk)
+            out.flush()
+    threading.Thread(target=copy, daemon=True).start()
+
+
+async def legit_exchange(server: Server, timeout_s: float) -> str:
+    """A real client's byte-exact round trip through the server to the echo upstream."""
+    transport = transports.get(server.name)
+    factory = transport.client_factory(None, server.args)
+    try:
+        reader, writer = await asyncio.wait_for(factory.dial(server.host, server.port),
+                                                timeout_s)
+        writer.write(EXCHANGE)
+        got = await asyncio.wait_for(reader.readexactly(len(EXCHANGE)), timeout_s)
+        writer.close()
+    except Exception as exc:  # any failure is the row's result, named
+        return f"FAIL ({type(exc).__name__})"
+    return "ok" if got == EXCHANGE else "FAIL (bytes differ)"
+
+
+@dataclass
+class Junk:
+    """Connections that send a few random bytes and stay open."""
+
+    count: int
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    refused: int = 0
+
+    async def start(self, host: str, port: int) -> None:
+        async def one() -> None:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+            except (OSError, TimeoutError):
+                self.refused += 1
+                return
+            writer.write(os.urandom(37))
+            self.writers.append(writer)
+        for i in range(0, self.count, 100):
+            await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
+
+    async def stop(self) -> None:
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+        await asyncio.sleep(0.5)
+
+
+@dataclass
+class RowResult:
+    server: str
+    attack: str
+    during: str
+    after: str
+    peak_rss_mib: float
+    peak_fds: int
+    log_bytes: int
+    tracebacks: int
+
+
+async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
+                  workdir: Path) -> RowResult:
+    echo, echo_port = await start_echo_server()
+    server = start_pt_server(name, workdir, ("127.0.0.1", echo_port), nofile)
+    try:
+        await asyncio.sleep(0.3)
+        baseline = await legit_exchange(server, timeout_s)
+        if baseline != "ok":
+            raise RuntimeError(f"{name}: the legitimate exchange fails with no attack: "
+                               f"{baseline}")
+        junk = Junk(attack_count)
+        await junk.start(server.host, server.port)
+        await asyncio.sleep(1.0)
+        server.sample()
+        during = await legit_exchange(server, timeout_s)
+        server.sample()
+        await junk.stop()
+        after = await legit_exchange(server, timeout_s)
+        server.sample()
+    finally:
+        server.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.proc.wait(10)
+        echo.close()
+    return RowResult(name, f"junk x{attack_count}", during, after,
+                     round(server.peak_rss_kib / 1024, 1), server.peak_fds,
+                     server.log_bytes(), server.tracebacks())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--servers", default="obfs4,scramblesuit")
+    p.add_argument("--junk", type=int, default=1100, help="silent junk connections")
+    p.add_argument("--nofile", type=int, default=1024, help="the servers' descriptor limit")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
+    p.add_argument("--quick", action="store_true", help="a smaller attack, for CI")
+    args = p.parse_args(argv)
+    if args.junk < 1 or args.nofile < 64:
+        p.error("--junk must be at least 1 and --nofile at least 64")
+    junk, nofile = (300, 256) if args.quick else (args.junk, args.nofile)
+    # This process holds every attacking connection: give it room.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max(soft, junk * 2 + 256)
+    if hard != resource.RLIM_INFINITY and want > hard:
+        hard = want  # root may raise its own hard limit
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    rows: list[RowResult] = []
+    keep = os.environ.get("PTLAB_HOSTILE_KEEP")  # a directory to keep the servers' logs in
+    with (contextlib.nullcontext(keep) if keep else
+          tempfile.TemporaryDirectory(prefix="ptl-hostile-")) as tmp:
+        for name in [s for s in args.servers.split(",") if s]:
+            rows.append(asyncio.run(run_row(name, junk, nofile, args.timeout,
+                                            Path(tmp) / name)))
+    print(f"servers under a descriptor limit of {nofile}")
+    print(f"{'server':<14} {'attack':<12} {'during':<18} {'after':<18} {'RSS MiB':>8} "
+          f"{'fds':>6} {'log B':>9} {'tracebacks':>10}")
+    for r in rows:
+        print(f"{r.server:<14} {r.attack:<12} {r.during:<18} {r.after:<18} "
+              f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10}")
+    bad = [r for r in rows if r.during != "ok" or r.after != "ok" or r.tracebacks]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
