@@ -12,10 +12,17 @@ Attacks so far:
 
 * ``junk``: ``--junk`` connections (1,100 by default) that each send a few
   random bytes and stay open: the probe-resistant servers (obfs4,
-  ScrambleSuit) must stay silent on them, so they pile up.
+  ScrambleSuit) must stay silent on them, so they pile up;
+* ``slowloris``: ``--slowloris`` connections (1,500 by default) that send the
+  start of an HTTP request head and never finish it (the meek server and the
+  broker).
 
-``--quick`` runs a smaller attack (CI's form). Run:
-``.venv/bin/python benchmarks/hostile.py [--quick] [--servers obfs4,scramblesuit]``.
+The legitimate client is our own: a 64 KiB byte-exact echo through obfs4,
+ScrambleSuit or meek (each as a managed-mode PT server), and the broker's
+``/robots.txt`` compared with what it answered before the attack.
+
+``--quick`` runs smaller attacks (CI's form). Run:
+``.venv/bin/python benchmarks/hostile.py [--quick] [--servers obfs4,scramblesuit,meek,broker]``.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class Server:
     args: dict[str, str]
     peak_rss_kib: int = 0
     peak_fds: int = 0
+    robots: bytes = b""  # the broker's robots.txt before the attack
 
     def sample(self) -> None:
         """Note the process's RSS and descriptor count now (peaks are kept)."""
@@ -104,6 +112,32 @@ def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
     raise RuntimeError(f"{transport}: no SMETHOD; log: {log.read_text()[-2000:]}")
 
 
+def start_broker(workdir: Path, nofile: int) -> Server:
+    """Our Snowflake broker on loopback over plain HTTP, under ``nofile``."""
+    import socket
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = workdir / "broker.log"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    out = open(log, "wb")  # noqa: SIM115 - the process owns it until it exits
+    proc = subprocess.Popen([sys.executable, "-m", "broker", "--addr", f"127.0.0.1:{port}",
+                             "--disable-tls"], stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, preexec_fn=limit)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if b'"ready"' in log.read_bytes():
+            return Server("broker", proc, log, "127.0.0.1", port, {})
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"broker did not start: {log.read_text()[-2000:]}")
+
+
 def _drain(stream, out) -> None:
     import threading
 
@@ -114,8 +148,27 @@ def _drain(stream, out) -> None:
     threading.Thread(target=copy, daemon=True).start()
 
 
+async def broker_robots(server: Server, timeout_s: float) -> bytes:
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(server.host, server.port), timeout_s)
+    writer.write(b"GET /robots.txt HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), timeout_s)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(head.split(b"\r\n")[0].decode(errors="replace"))
+    return body
+
+
 async def legit_exchange(server: Server, timeout_s: float) -> str:
-    """A real client's byte-exact round trip through the server to the echo upstream."""
+    """A real client's byte-exact round trip through the server to the echo upstream
+    (for the broker: its robots.txt, byte-exact against the one before the attack)."""
+    if server.name == "broker":
+        try:
+            got = await broker_robots(server, timeout_s)
+        except Exception as exc:  # any failure is the row's result, named
+            return f"FAIL ({type(exc).__name__})"
+        return "ok" if got == server.robots else "FAIL (bytes differ)"
     transport = transports.get(server.name)
     factory = transport.client_factory(None, server.args)
     try:
@@ -157,6 +210,26 @@ class Junk:
 
 
 @dataclass
+class Slowloris(Junk):
+    """Connections that start an HTTP request head and never finish it."""
+
+    async def start(self, host: str, port: int) -> None:
+        async def one() -> None:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+            except (OSError, TimeoutError):
+                self.refused += 1
+                return
+            writer.write(b"POST / HTTP/1.1\r\nHost: example.com\r\nX-Slow: ")
+            self.writers.append(writer)
+        for i in range(0, self.count, 100):
+            await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
+
+
+ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker": "slowloris"}
+
+
+@dataclass
 class RowResult:
     server: str
     attack: str
@@ -171,14 +244,21 @@ class RowResult:
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
                   workdir: Path) -> RowResult:
     echo, echo_port = await start_echo_server()
-    server = start_pt_server(name, workdir, ("127.0.0.1", echo_port), nofile)
+    if name == "broker":
+        server = start_broker(workdir, nofile)
+        server.robots = await broker_robots(server, timeout_s)
+    else:
+        server = start_pt_server(name, workdir, ("127.0.0.1", echo_port), nofile)
+        if name == "meek":
+            server.args = {"url": f"http://{server.host}:{server.port}/"}
+    attack = ATTACKS[name]
     try:
         await asyncio.sleep(0.3)
         baseline = await legit_exchange(server, timeout_s)
         if baseline != "ok":
             raise RuntimeError(f"{name}: the legitimate exchange fails with no attack: "
                                f"{baseline}")
-        junk = Junk(attack_count)
+        junk = (Slowloris if attack == "slowloris" else Junk)(attack_count)
         await junk.start(server.host, server.port)
         await asyncio.sleep(1.0)
         server.sample()
@@ -192,25 +272,30 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.proc.wait(10)
         echo.close()
-    return RowResult(name, f"junk x{attack_count}", during, after,
+    return RowResult(name, f"{attack} x{attack_count}", during, after,
                      round(server.peak_rss_kib / 1024, 1), server.peak_fds,
                      server.log_bytes(), server.tracebacks())
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--servers", default="obfs4,scramblesuit")
+    p.add_argument("--servers", default="obfs4,scramblesuit,meek,broker")
     p.add_argument("--junk", type=int, default=1100, help="silent junk connections")
+    p.add_argument("--slowloris", type=int, default=1500, help="unfinished HTTP heads")
     p.add_argument("--nofile", type=int, default=1024, help="the servers' descriptor limit")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
     p.add_argument("--quick", action="store_true", help="a smaller attack, for CI")
     args = p.parse_args(argv)
-    if args.junk < 1 or args.nofile < 64:
-        p.error("--junk must be at least 1 and --nofile at least 64")
-    junk, nofile = (300, 256) if args.quick else (args.junk, args.nofile)
+    if args.junk < 1 or args.slowloris < 1 or args.nofile < 64:
+        p.error("--junk and --slowloris must be at least 1, and --nofile at least 64")
+    unknown = set(args.servers.split(",")) - set(ATTACKS) - {""}
+    if unknown:
+        p.error(f"unknown servers {sorted(unknown)} (known: {', '.join(ATTACKS)})")
+    junk, slow, nofile = ((300, 400, 256) if args.quick
+                          else (args.junk, args.slowloris, args.nofile))
     # This process holds every attacking connection: give it room.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(soft, junk * 2 + 256)
+    want = max(soft, max(junk, slow) * 2 + 256)
     if hard != resource.RLIM_INFINITY and want > hard:
         hard = want  # root may raise its own hard limit
     with contextlib.suppress(ValueError, OSError):
@@ -220,13 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     with (contextlib.nullcontext(keep) if keep else
           tempfile.TemporaryDirectory(prefix="ptl-hostile-")) as tmp:
         for name in [s for s in args.servers.split(",") if s]:
-            rows.append(asyncio.run(run_row(name, junk, nofile, args.timeout,
+            count = slow if ATTACKS[name] == "slowloris" else junk
+            rows.append(asyncio.run(run_row(name, count, nofile, args.timeout,
                                             Path(tmp) / name)))
     print(f"servers under a descriptor limit of {nofile}")
-    print(f"{'server':<14} {'attack':<12} {'during':<18} {'after':<18} {'RSS MiB':>8} "
+    print(f"{'server':<14} {'attack':<15} {'during':<18} {'after':<18} {'RSS MiB':>8} "
           f"{'fds':>6} {'log B':>9} {'tracebacks':>10}")
     for r in rows:
-        print(f"{r.server:<14} {r.attack:<12} {r.during:<18} {r.after:<18} "
+        print(f"{r.server:<14} {r.attack:<15} {r.during:<18} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10}")
     bad = [r for r in rows if r.during != "ok" or r.after != "ok" or r.tracebacks]
     return 1 if bad else 0

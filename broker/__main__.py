@@ -14,9 +14,10 @@ import ssl
 import sys
 from fractions import Fraction
 
-from aiohttp import web
-
 from ptcommon.events import EventLog, run_until_stopped
+from transports.common.budget import QuietErrors, raise_nofile_limit
+from transports.common.httpguard import HttpGuard, HttpLimits
+from transports.common.httpguard import serve as serve_guarded
 
 from .app import Broker, BrokerConfig, MetricsConfig
 from .bridges import BridgeListError, load
@@ -66,15 +67,21 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
                 stop: asyncio.Event) -> int:
     host, _, port = args.addr.rpartition(":")
     broker = Broker(cfg)
-    runner = web.AppRunner(broker.app(), access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host.strip("[]") or None, int(port), ssl_context=tls).start()
-    except OSError as exc:
-        await runner.cleanup()
-        return _fail(f"cannot listen on {args.addr}: {exc.strerror or exc}")
+    # Strangers poll a broker: every descriptor the hard limit allows, caps derived
+    # from it, slowloris shed, one quiet line a second when a resource runs out
+    # (docs/transports/budgets.md).
+    budget = raise_nofile_limit()
     events = EventLog(COMPONENT)
-    events.ready(listen=args.addr, tls=tls is not None)
+    QuietErrors(lambda line: events.emit("resource_error", error=line)).install(
+        asyncio.get_running_loop())
+    guard = HttpGuard(HttpLimits(max_body=cfg.read_limit))
+    try:
+        runner, server = await serve_guarded(broker.app(), host.strip("[]") or None, int(port),
+                                             tls, guard)
+    except OSError as exc:
+        return _fail(f"cannot listen on {args.addr}: {exc.strerror or exc}")
+    events.ready(listen=args.addr, tls=tls is not None, descriptor_budget=budget,
+                 max_connections=guard.limits.max_connections)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), args.metrics_period)
@@ -83,7 +90,8 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
                 broker.publish()
             except BudgetExceeded as exc:
                 events.emit("metrics_refused", why=str(exc))
-    events.emit("stats", **broker.stats.__dict__)
+    events.emit("stats", **broker.stats.__dict__, **guard.stats.__dict__)
+    server.close()
     await runner.cleanup()
     return 0
 

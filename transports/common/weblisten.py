@@ -3,7 +3,9 @@
 Why: the Snowflake bridge (WebSocket) and the meek server (HTTP) listen
 themselves instead of wrapping accepted TCP connections, and PT server mode
 needs their bound address and a way to close them, as it has for an
-``asyncio.Server``.
+``asyncio.Server``. Both face strangers, so they listen behind an
+:class:`~transports.common.httpguard.HttpGuard` (head and body deadlines,
+connection caps, early 413).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from .httpguard import HttpGuard, serve
+
 
 @dataclass
 class Listening:
@@ -22,25 +26,26 @@ class Listening:
     runner: web.AppRunner
     host: str
     port: int
+    server: asyncio.Server | None = None
+    guard: HttpGuard | None = None
 
     def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
         asyncio.get_running_loop().create_task(self.runner.cleanup())
 
     async def aclose(self) -> None:
+        if self.server is not None:
+            self.server.close()
         await self.runner.cleanup()
 
 
 async def listen(app: web.Application, host: str, port: int,
-                 ssl_context: ssl.SSLContext | None = None) -> Listening:
-    """Serve ``app`` on ``host:port`` (port 0: any) and say where it ended up."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    bound_host, bound_port = sock.getsockname()[:2]
-    return Listening(runner, bound_host, bound_port)
+                 ssl_context: ssl.SSLContext | None = None,
+                 guard: HttpGuard | None = None) -> Listening:
+    """Serve ``app`` on ``host:port`` (port 0: any) behind ``guard`` (default limits
+    when None) and say where it ended up."""
+    guard = guard or HttpGuard()
+    runner, server = await serve(app, host, port, ssl_context, guard)
+    bound_host, bound_port = server.sockets[0].getsockname()[:2]
+    return Listening(runner, bound_host, bound_port, server, guard)

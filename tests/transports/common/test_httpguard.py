@@ -1,0 +1,126 @@
+"""The HTTP guard: head and body deadlines, the waiting cap, the connection cap and
+an early 413, on a real aiohttp server on loopback (timers shortened)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from transports.common.httpguard import HttpGuard, HttpLimits, serve
+
+
+async def start(limits: HttpLimits, slow_s: float = 0.0):
+    app = web.Application()
+
+    async def hello(request: web.Request) -> web.Response:
+        await asyncio.sleep(slow_s)  # a long poll: being served, not waiting
+        return web.Response(text="hello")
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(body=await request.read())
+
+    app.router.add_get("/", hello)
+    app.router.add_post("/", echo)
+    guard = HttpGuard(limits)
+    runner, server = await serve(app, "127.0.0.1", 0, guard=guard)
+    return guard, runner, server, server.sockets[0].getsockname()[1]
+
+
+async def stop(runner, server) -> None:
+    server.close()
+    await runner.cleanup()
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), seconds) == b""
+    except (TimeoutError, ConnectionResetError):
+        return False
+
+
+async def get(port: int) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/") as r:
+        return await r.text()
+
+
+async def test_an_unfinished_head_is_closed_at_its_deadline_and_a_finished_one_is_served():
+    guard, runner, server, port = await start(HttpLimits(head_timeout_s=0.3))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
+        assert not await closed_within(reader, 0.15)  # before the deadline: still open
+        assert await closed_within(reader, 1.0)
+        assert guard.stats.head_timeouts == 1
+        assert await get(port) == "hello"
+    finally:
+        await stop(runner, server)
+
+
+async def test_a_long_request_is_not_cut_by_the_head_deadline():
+    guard, runner, server, port = await start(HttpLimits(head_timeout_s=0.2), slow_s=0.6)
+    try:
+        assert await get(port) == "hello"
+        assert guard.stats.head_timeouts == 0
+    finally:
+        await stop(runner, server)
+
+
+async def test_past_the_waiting_cap_the_longest_waiting_is_closed_and_a_client_gets_in():
+    guard, runner, server, port = await start(HttpLimits(head_timeout_s=30, max_waiting=20))
+    try:
+        slow = []
+        for _ in range(50):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            slow.append((reader, writer))
+        await asyncio.sleep(0.2)
+        assert guard.stats.evicted == 30 and len(guard.waiting) == 20
+        assert await closed_within(slow[0][0], 1.0)  # the first to come, the first to go
+        assert await get(port) == "hello"
+        for _, w in slow:
+            w.close()
+    finally:
+        await stop(runner, server)
+
+
+async def test_a_declared_body_over_the_limit_is_answered_413_before_it_is_read():
+    guard, runner, server, port = await start(HttpLimits(max_body=1000))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 413 ")
+        assert guard.stats.too_large == 1
+        writer.close()
+        async with aiohttp.ClientSession() as http:  # at the limit: served
+            async with http.post(f"http://127.0.0.1:{port}/", data=b"x" * 1000) as r:
+                assert await r.read() == b"x" * 1000
+    finally:
+        await stop(runner, server)
+
+
+async def test_a_body_that_trickles_past_its_deadline_is_cut():
+    guard, runner, server, port = await start(HttpLimits(body_timeout_s=0.3))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        assert await closed_within(reader, 2.0)
+        assert guard.stats.body_timeouts == 1
+    finally:
+        await stop(runner, server)
+
+
+async def test_over_the_connection_cap_with_none_waiting_a_new_one_is_refused():
+    guard, runner, server, port = await start(HttpLimits(max_connections=2), slow_s=1.0)
+    try:
+        busy = [asyncio.create_task(get(port)) for _ in range(2)]
+        await asyncio.sleep(0.3)  # both being served: none waiting
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await closed_within(reader, 1.0)
+        assert guard.stats.refused == 1
+        assert await asyncio.gather(*busy) == ["hello", "hello"]
+        writer.close()
+    finally:
+        await stop(runner, server)

@@ -1,0 +1,207 @@
+"""HTTP servers that shed the slow and the idle (docs/transports/budgets.md §2).
+
+aiohttp, as our meek server, Snowflake bridge and broker use it, has no deadline
+for a request's head, keeps an idle connection for 75 s, takes any number of
+connections, and leaves a huge ``Content-Length`` to the handler. So 1,500
+slowloris connections (heads never finished) take every descriptor a server
+has. :class:`HttpGuard` sits between the listening socket and aiohttp:
+
+* a connection must finish each request head within ``head_timeout_s`` (20 s,
+  Tor's meek-server's read timeout), counted from its accept or from the end
+  of its previous response;
+* connections waiting for a head are capped (from the descriptor budget); past
+  the cap the one that has waited longest is closed, so a new client gets in;
+* connections in all are capped, below the budget;
+* a body must have arrived within ``body_timeout_s`` of its head (or the
+  connection is closed), and one whose declared length is over ``max_body``
+  is answered 413 before a byte of it is read;
+* an idle kept-alive connection is closed after ``keepalive_s``.
+
+A request being served (a meek poll, a broker long-poll, a WebSocket) is not
+waiting, whatever it takes. Nothing here logs a client address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from .budget import RESERVE, descriptor_budget, unauthenticated_cap
+
+HEAD_TIMEOUT_S = 20.0  # Tor's meek-server: ReadTimeout 20 s (and IdleTimeout follows it)
+BODY_TIMEOUT_S = 20.0
+KEEPALIVE_S = 20.0
+
+
+def default_max_connections() -> int:
+    """Half the budget after the reserve: a relayed connection may need a second
+    descriptor upstream."""
+    return max(32, (descriptor_budget() - RESERVE) // 2)
+
+
+@dataclass
+class HttpLimits:
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    keepalive_s: float = KEEPALIVE_S
+    max_body: int = 1 << 20
+    max_waiting: int = field(default_factory=unauthenticated_cap)
+    max_connections: int = field(default_factory=default_max_connections)
+
+
+@dataclass
+class GuardStats:
+    head_timeouts: int = 0
+    evicted: int = 0
+    refused: int = 0
+    too_large: int = 0
+    body_timeouts: int = 0
+
+
+class HttpGuard:
+    """Deadlines and caps for one aiohttp server's connections."""
+
+    def __init__(self, limits: HttpLimits | None = None) -> None:
+        self.limits = limits or HttpLimits()
+        self.stats = GuardStats()
+        self.open: set[Any] = set()
+        # handler -> the timer that closes it unless a request head arrives first
+        self.waiting: collections.OrderedDict[Any, asyncio.TimerHandle] = \
+            collections.OrderedDict()
+
+    # --- connections ------------------------------------------------------------
+
+    def factory(self, make_handler: Callable[[], Any]) -> Callable[[], asyncio.Protocol]:
+        """Wrap aiohttp's protocol factory (``runner.server``)."""
+        return lambda: _Watched(make_handler(), self)
+
+    def _admit(self, handler: Any, transport: asyncio.BaseTransport) -> None:
+        if len(self.open) >= self.limits.max_connections and not self.waiting:
+            self.stats.refused += 1
+            transport.close()
+            return
+        if len(self.open) >= self.limits.max_connections or \
+                len(self.waiting) >= self.limits.max_waiting:
+            oldest, timer = self.waiting.popitem(last=False)
+            timer.cancel()
+            self.stats.evicted += 1
+            _close(oldest)
+        self.open.add(handler)
+        self._wait(handler)
+
+    def _wait(self, handler: Any) -> None:
+        """Start ``handler``'s head deadline (on accept, and after each response)."""
+        self._stop_waiting(handler)
+        if handler not in self.open:
+            return
+        loop = asyncio.get_running_loop()
+        self.waiting[handler] = loop.call_later(self.limits.head_timeout_s, self._expire,
+                                                handler)
+
+    def _stop_waiting(self, handler: Any) -> None:
+        timer = self.waiting.pop(handler, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expire(self, handler: Any) -> None:
+        if self.waiting.pop(handler, None) is not None:
+            self.stats.head_timeouts += 1
+            _close(handler)
+
+    def _body_late(self, request: web.Request) -> None:
+        if not request.content.is_eof():
+            self.stats.body_timeouts += 1
+            _close(request.protocol)
+
+    def _forget(self, handler: Any) -> None:
+        self._stop_waiting(handler)
+        self.open.discard(handler)
+
+    # --- requests -------------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        proto = request.protocol
+        self._stop_waiting(proto)  # a head arrived: serving now, however long it takes
+        try:
+            length = request.content_length
+            if length is not None and length > self.limits.max_body:
+                self.stats.too_large += 1
+                raise web.HTTPRequestEntityTooLarge(max_size=self.limits.max_body,
+                                                    actual_size=length,
+                                                    headers={"Connection": "close"})
+            body_deadline = None
+            if request.body_exists:
+                # Whoever reads it, the whole body must have arrived by the deadline.
+                body_deadline = asyncio.get_running_loop().call_later(
+                    self.limits.body_timeout_s, self._body_late, request)
+            try:
+                return await handler(request)
+            finally:
+                if body_deadline is not None:
+                    body_deadline.cancel()
+        finally:
+            if proto in self.open:
+                self._wait(proto)  # the next head (keep-alive) has its own deadline
+
+
+class _Watched(asyncio.Protocol):
+    """aiohttp's handler for one connection, with the guard told when it starts and
+    ends (aiohttp's handler has ``__slots__``: it cannot be given hooks itself)."""
+
+    def __init__(self, handler: Any, guard: HttpGuard) -> None:
+        self.handler, self.guard = handler, guard
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handler.connection_made(transport)
+        self.guard._admit(self.handler, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard._forget(self.handler)
+        self.handler.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+
+
+def _close(handler: Any) -> None:
+    transport = getattr(handler, "transport", None)
+    if transport is not None:
+        transport.close()
+
+
+async def serve(app: web.Application, host: str | None, port: int,
+                ssl_context: ssl.SSLContext | None = None,
+                guard: HttpGuard | None = None) -> tuple[web.AppRunner, asyncio.Server]:
+    """Run ``app`` behind ``guard``: the runner and the listening server, both to be
+    closed (the server first)."""
+    guard = guard or HttpGuard()
+    app.middlewares.insert(0, guard.middleware)  # before anything else the app does
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           keepalive_timeout=guard.limits.keepalive_s)
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    try:
+        server = await loop.create_server(guard.factory(runner.server), host, port,
+                                          ssl=ssl_context, backlog=128)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, server
