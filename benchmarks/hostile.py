@@ -15,7 +15,12 @@ Attacks so far:
   ScrambleSuit) must stay silent on them, so they pile up;
 * ``slowloris``: ``--slowloris`` connections (1,500 by default) that send the
   start of an HTTP request head and never finish it (the meek server and the
-  broker).
+  broker);
+* ``sessions``: ``--sessions`` meek sessions (3,000 by default), each opened
+  with one POST and never polled again;
+* ``session-rate``: new meek sessions at ``--rate`` a second (100) for
+  ``--rate-s`` seconds (30); the legitimate exchange runs half way through,
+  and again 10 s after the flood.
 
 The legitimate client is our own: a 64 KiB byte-exact echo through obfs4,
 ScrambleSuit or meek (each as a managed-mode PT server), and the broker's
@@ -226,7 +231,61 @@ class Slowloris(Junk):
             await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
 
 
-ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker": "slowloris"}
+@dataclass
+class MeekSessions(Junk):
+    """Meek sessions opened with one POST each and never polled again; with ``rate``,
+    ``rate`` new ones a second in the background until ``count`` were opened."""
+
+    rate: float = 0.0
+    after_s: float = 10.0  # how long after the flood "after" is measured
+    task: asyncio.Task | None = None
+    answered: dict[int, int] = field(default_factory=dict)
+
+    async def _open(self, http, url: str, i: int) -> None:
+        import aiohttp
+
+        try:
+            async with http.post(url, data=b"", headers={
+                    "X-Session-Id": f"hostile-{i:08}-{os.getpid()}"}) as r:
+                self.answered[r.status] = self.answered.get(r.status, 0) + 1
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            self.refused += 1
+
+    async def _flood(self, url: str) -> None:
+        import aiohttp
+
+        conn = aiohttp.TCPConnector(limit=64)
+        async with aiohttp.ClientSession(connector=conn) as http:
+            if not self.rate:
+                for i in range(0, self.count, 64):
+                    await asyncio.gather(*(self._open(http, url, j)
+                                           for j in range(i, min(i + 64, self.count))))
+                return
+            loop, t0, pending = asyncio.get_running_loop(), time.monotonic(), set()
+            for i in range(self.count):
+                await asyncio.sleep(max(0.0, t0 + i / self.rate - time.monotonic()))
+                task = loop.create_task(self._open(http, url, i))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.gather(*pending)
+
+    async def start(self, host: str, port: int) -> None:
+        url = f"http://{host}:{port}/"
+        if self.rate:
+            self.task = asyncio.create_task(self._flood(url))
+            await asyncio.sleep(self.count / self.rate / 2 - 1.0)  # "during": half way
+        else:
+            await self._flood(url)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            await self.task
+            await asyncio.sleep(self.after_s)
+        await super().stop()
+
+
+ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker": "slowloris",
+           "meek-sessions": "sessions", "meek-rate": "session-rate"}
 
 
 @dataclass
@@ -242,14 +301,14 @@ class RowResult:
 
 
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
-                  workdir: Path) -> RowResult:
+                  workdir: Path, rate: float = 0.0) -> RowResult:
     echo, echo_port = await start_echo_server()
     if name == "broker":
         server = start_broker(workdir, nofile)
         server.robots = await broker_robots(server, timeout_s)
     else:
-        server = start_pt_server(name, workdir, ("127.0.0.1", echo_port), nofile)
-        if name == "meek":
+        server = start_pt_server(name.split("-")[0], workdir, ("127.0.0.1", echo_port), nofile)
+        if server.name == "meek":
             server.args = {"url": f"http://{server.host}:{server.port}/"}
     attack = ATTACKS[name]
     try:
@@ -258,7 +317,13 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         if baseline != "ok":
             raise RuntimeError(f"{name}: the legitimate exchange fails with no attack: "
                                f"{baseline}")
-        junk = (Slowloris if attack == "slowloris" else Junk)(attack_count)
+        if attack == "sessions":
+            junk: Junk = MeekSessions(attack_count)
+        elif attack == "session-rate":
+            junk = MeekSessions(attack_count, rate=rate, after_s=10.0 if attack_count > 1000
+                                else 1.0)
+        else:
+            junk = (Slowloris if attack == "slowloris" else Junk)(attack_count)
         await junk.start(server.host, server.port)
         await asyncio.sleep(1.0)
         server.sample()
@@ -279,20 +344,29 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--servers", default="obfs4,scramblesuit,meek,broker")
+    p.add_argument("--servers", default="obfs4,scramblesuit,meek,broker,meek-sessions,meek-rate")
     p.add_argument("--junk", type=int, default=1100, help="silent junk connections")
     p.add_argument("--slowloris", type=int, default=1500, help="unfinished HTTP heads")
+    p.add_argument("--sessions", type=int, default=3000, help="idle meek sessions")
+    p.add_argument("--rate", type=float, default=100.0, help="new meek sessions a second")
+    p.add_argument("--rate-s", type=float, default=30.0, help="seconds of new sessions")
     p.add_argument("--nofile", type=int, default=1024, help="the servers' descriptor limit")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
     p.add_argument("--quick", action="store_true", help="a smaller attack, for CI")
     args = p.parse_args(argv)
-    if args.junk < 1 or args.slowloris < 1 or args.nofile < 64:
-        p.error("--junk and --slowloris must be at least 1, and --nofile at least 64")
+    if min(args.junk, args.slowloris, args.sessions) < 1 or args.nofile < 64 or \
+            args.rate <= 0 or args.rate_s < 2:
+        p.error("--junk, --slowloris and --sessions must be at least 1, --nofile at least "
+                "64, --rate above 0 and --rate-s at least 2")
     unknown = set(args.servers.split(",")) - set(ATTACKS) - {""}
     if unknown:
         p.error(f"unknown servers {sorted(unknown)} (known: {', '.join(ATTACKS)})")
     junk, slow, nofile = ((300, 400, 256) if args.quick
                           else (args.junk, args.slowloris, args.nofile))
+    sessions, rate, rate_s = ((400, 100.0, 4.0) if args.quick
+                              else (args.sessions, args.rate, args.rate_s))
+    counts = {"junk": junk, "slowloris": slow, "sessions": sessions,
+              "session-rate": int(rate * rate_s)}
     # This process holds every attacking connection: give it room.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(soft, max(junk, slow) * 2 + 256)
@@ -305,14 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     with (contextlib.nullcontext(keep) if keep else
           tempfile.TemporaryDirectory(prefix="ptl-hostile-")) as tmp:
         for name in [s for s in args.servers.split(",") if s]:
-            count = slow if ATTACKS[name] == "slowloris" else junk
-            rows.append(asyncio.run(run_row(name, count, nofile, args.timeout,
-                                            Path(tmp) / name)))
+            rows.append(asyncio.run(run_row(name, counts[ATTACKS[name]], nofile, args.timeout,
+                                            Path(tmp) / name, rate)))
     print(f"servers under a descriptor limit of {nofile}")
-    print(f"{'server':<14} {'attack':<15} {'during':<18} {'after':<18} {'RSS MiB':>8} "
+    print(f"{'server':<14} {'attack':<18} {'during':<18} {'after':<18} {'RSS MiB':>8} "
           f"{'fds':>6} {'log B':>9} {'tracebacks':>10}")
     for r in rows:
-        print(f"{r.server:<14} {r.attack:<15} {r.during:<18} {r.after:<18} "
+        print(f"{r.server:<14} {r.attack:<18} {r.during:<18} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10}")
     bad = [r for r in rows if r.during != "ok" or r.after != "ok" or r.tracebacks]
     return 1 if bad else 0

@@ -85,10 +85,11 @@ class QuietErrors:
             return
         assert isinstance(exc, OSError)
         kind = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        self.report(kind, context.get("message", "error"))
+        self.report(kind, f"{context.get('message', 'error')}: {kind}")
 
     def report(self, kind: str, message: str) -> None:
-        """Log ``kind`` now, or count it if it was logged less than an interval ago."""
+        """Log ``message`` now, or count it if one of ``kind`` was logged less than an
+        interval ago."""
         now = self.clock()
         last = self._last.get(kind)
         if last is not None and now - last < self.interval_s:
@@ -97,4 +98,4 @@ class QuietErrors:
         self._last[kind] = now
         left_out = self._suppressed.pop(kind, 0)
         more = f" ({left_out} more like it suppressed)" if left_out else ""
-        self.log(f"{message}: {kind}{more}")
+        self.log(f"{message}{more}")

@@ -15,6 +15,15 @@ Behaviour follows Tor's meek-server (docs/transports/meek.md §2):
   staleness; an upstream that fails or ends gives 500 and ends the session;
 * ``GET /`` answers meek-server's decoy text; other GETs 404, other methods 400.
 
+Under hostile load (ours, docs/transports/budgets.md §2): sessions are capped
+(``max_sessions``, from the descriptor budget: a session may hold three
+descriptors in PT mode, and the polling connections need theirs) and so are
+the sessions of one client address (``max_sessions_per_source``); past a cap
+the session unused the longest (of that address, for the per-address cap) is
+ended. Between polls a session's
+upstream is not read, so an idle session buffers nothing in the process, as
+meek-server's reads happen only while it answers a request.
+
 Ids shorter than 8 characters get 400 (meek-server's minimum); so do ids
 longer than 128 or with characters outside printable ASCII (ours: they are
 never produced by meek or meek_lite and would only cost memory). Bodies over
@@ -27,6 +36,7 @@ Timers take an injectable clock, and the sweep is :meth:`MeekServer.expire`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ipaddress
 import logging
@@ -40,6 +50,7 @@ from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
+from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
 from transports.common.pipes import spawn, stream_pair
 from transports.common.servertls import server_tls
@@ -59,12 +70,27 @@ Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Dial = Callable[[str], Awaitable[Streams]]  # client address "IP:1" -> upstream streams
 
 
+def default_max_sessions() -> int:
+    """A sixth of the budget after the reserve. In PT mode a session holds three
+    descriptors (a socket pair and tor's connection), and the HTTP connections
+    that poll may take the other half (httpguard's cap): 160 sessions at a budget
+    of 1,024, where 3,000 would need 9,000 descriptors."""
+    return max(16, (descriptor_budget() - RESERVE) // 6)
+
+
 @dataclass
 class MeekConfig:
     turnaround_s: float = TURNAROUND_S
     staleness_s: float = STALENESS_S
     max_payload: int = MAX_PAYLOAD
     trusted_edges: tuple[str, ...] = ()  # peers whose Meek-IP / X-Forwarded-For count
+    max_sessions: int = field(default_factory=default_max_sessions)
+    # One address may hold half the sessions: a flood from one place churns its own.
+    max_sessions_per_source: int = 0  # 0: half of max_sessions
+
+    @property
+    def per_source_cap(self) -> int:
+        return self.max_sessions_per_source or max(1, self.max_sessions // 2)
 
 
 @dataclass
@@ -76,6 +102,7 @@ class MeekStats:
     bytes_down: int = 0
     rejected: int = 0
     upstream_failures: int = 0
+    evicted: int = 0
 
 
 @dataclass
@@ -84,6 +111,7 @@ class Session:
     writer: asyncio.StreamWriter
     client_addr: str
     last_seen: float
+    source: str = ""  # the client's address, for the per-source cap (never logged)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def close(self) -> None:
@@ -125,7 +153,8 @@ class MeekServer:
         self.config = config
         self.dial = dial
         self.clock = clock
-        self.sessions: dict[str, Session] = {}
+        # Least recently used first: the end a full table evicts from.
+        self.sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.stats = MeekStats()
         self._opening: dict[str, asyncio.Future[Session]] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -205,6 +234,8 @@ class MeekServer:
             log.info("cannot open the upstream for a session: %s", exc)
             return web.Response(status=500, text="Internal server error.\n",
                                 content_type="text/plain")
+        if sid in self.sessions:
+            self.sessions.move_to_end(sid)  # the most recently used is evicted last
         async with session.lock:
             session.last_seen = self.clock()
             try:
@@ -229,11 +260,13 @@ class MeekServer:
         if pending is not None:  # a concurrent first request of the same session
             return await asyncio.shield(pending)
         fut: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        source = self.client_ip(request)
+        self._make_room(source)
         self._opening[sid] = fut
         try:
-            addr = format_addr(self.client_ip(request), 1)  # port 1: goptlib's stub
+            addr = format_addr(source, 1)  # port 1: goptlib's stub
             reader, writer = await self.dial(addr)
-            session = Session(reader, writer, addr, self.clock())
+            session = Session(reader, writer, addr, self.clock(), source)
             self.sessions[sid] = session
             self.stats.sessions += 1
             fut.set_result(session)
@@ -245,18 +278,41 @@ class MeekServer:
         finally:
             del self._opening[sid]
 
+    def _make_room(self, source: str) -> None:
+        """Before a new session: end the least recently used idle one of ``source``
+        when it holds its share, else the least recently used of all when the table
+        is full."""
+        mine = [sid for sid, s in self.sessions.items() if s.source == source]
+        if len(mine) >= self.config.per_source_cap:
+            self._evict(mine)
+        if len(self.sessions) + len(self._opening) >= self.config.max_sessions:
+            self._evict(list(self.sessions))
+
+    def _evict(self, candidates: list[str]) -> None:
+        for sid in candidates:  # oldest use first
+            if not self.sessions[sid].lock.locked():
+                self._end(sid)
+                self.stats.evicted += 1
+                return
+
     async def _turnaround(self, session: Session, body: bytes) -> bytes:
-        if body:
-            session.writer.write(body)
-            await session.writer.drain()
+        transport = session.writer.transport
+        transport.resume_reading()  # see the module docstring: no read-ahead between polls
         try:
-            data = await asyncio.wait_for(session.reader.read(self.config.max_payload),
-                                          self.config.turnaround_s)
-        except TimeoutError:
-            return b""
-        if not data:
-            raise EOFError("upstream closed")
-        return data
+            if body:
+                session.writer.write(body)
+                await session.writer.drain()
+            try:
+                data = await asyncio.wait_for(session.reader.read(self.config.max_payload),
+                                              self.config.turnaround_s)
+            except TimeoutError:
+                return b""
+            if not data:
+                raise EOFError("upstream closed")
+            return data
+        finally:
+            if not transport.is_closing():
+                transport.pause_reading()
 
 
 # -- PT server mode and the lab's standalone mode ---------------------------------------------
@@ -286,8 +342,10 @@ async def listen(server: MeekServer, host: str, port: int,
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS`` or the CLI): ``cert``/``key``
     (without them, plain HTTP behind a CDN, like ``--disable-tls``), ``turnaround-ms``,
-    ``staleness`` (seconds) and ``trusted-edge`` (comma-separated addresses)."""
-    known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge"}
+    ``staleness`` (seconds), ``trusted-edge`` (comma-separated addresses), and the
+    caps ``max-sessions`` and ``max-sessions-per-source``."""
+    known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge", "max-sessions",
+             "max-sessions-per-source"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"meek server: unknown option {unknown[0]!r} "
@@ -306,6 +364,13 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
         except ValueError:
             raise ValueError(f"meek server: trusted-edge {item!r} is not an address") from None
     cfg = MeekConfig(turnaround_s=turnaround, staleness_s=staleness, trusted_edges=tuple(edges))
+    for key, attr in (("max-sessions", "max_sessions"),
+                      ("max-sessions-per-source", "max_sessions_per_source")):
+        if key in options:
+            value = options[key]
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"meek server: {key} must be a whole number of at least 1")
+            setattr(cfg, attr, int(value))
     return cfg, server_tls(options.get("cert"), options.get("key"), "meek server")
 
 

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from .. import base
-from ..common.budget import QuietErrors, raise_nofile_limit, unauthenticated_cap
+from ..common.budget import QuietErrors, is_resource_error, raise_nofile_limit, unauthenticated_cap
 from ..common.relay import relay
 from . import environment, extorport, messages, socks5
 from .environment import ClientConfig, PTEnvError, ServerConfig
@@ -56,6 +56,10 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 def _log(severity: str, message: str) -> None:
     messages.log(severity, message)
+
+
+# Running out of descriptors or buffers: one LOG line a second, never one per failure.
+_quiet = QuietErrors(lambda line: _log("warning", line))
 
 
 def _describe(exc: BaseException) -> str:
@@ -285,7 +289,12 @@ async def _hand_to_tor(name: str, cfg: ServerConfig, inner: base.Streams,
             upstream = await asyncio.open_connection(*cfg.orport)
     except (OSError, extorport.ExtORPortError) as exc:
         which = "Extended ORPort" if cfg.ext_orport else "ORPort"
-        _log("error", f"{name}: cannot hand the connection to the {which}: {_describe(exc)}")
+        if is_resource_error(exc):
+            _quiet.report(f"{name}-handoff", f"{name}: cannot hand the connection to the "
+                                             f"{which}: {_describe(exc)}")
+        else:
+            _log("error", f"{name}: cannot hand the connection to the {which}: "
+                          f"{_describe(exc)}")
         await _close(inner[1])
         return
     await _relay(name, inner, upstream)
@@ -359,8 +368,7 @@ async def run(cfg: ClientConfig | ServerConfig) -> int:
     """Serve until told to stop; the exit status."""
     life = Lifetime()
     life.install(cfg.exit_on_stdin_close)
-    # Out of descriptors or buffers: one LOG line a second, never a traceback each time.
-    QuietErrors(lambda line: _log("warning", line)).install(asyncio.get_running_loop())
+    _quiet.install(asyncio.get_running_loop())
     if isinstance(cfg, ServerConfig):
         # A bridge faces strangers: take every descriptor the hard limit allows, and
         # derive the caps from that (transports/common/budget.py).

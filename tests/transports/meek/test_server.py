@@ -214,3 +214,69 @@ def test_fuzzed_requests_never_break_the_server(method, path, sid, body):
             await ts.close()
 
     asyncio.run(one())
+
+
+async def test_past_the_session_cap_the_least_recently_used_session_is_ended():
+    ts, server, up = await meek(MeekConfig(turnaround_s=0.01, max_sessions=3,
+                                           max_sessions_per_source=3))
+    try:
+        async with aiohttp.ClientSession() as http:
+            for sid in ("session-1", "session-2", "session-3"):
+                await post(http, ts, sid, b"x")
+            await post(http, ts, "session-1", b"y")  # session-1 is now the most recent
+            assert (await post(http, ts, "session-4", b"z"))[:2] == (200, b"z")
+            assert list(server.sessions) == ["session-3", "session-1", "session-4"]
+            assert server.stats.evicted == 1
+            # The one still in use carries on.
+            assert (await post(http, ts, "session-1", b"again"))[:2] == (200, b"again")
+        await asyncio.sleep(0.1)
+        assert up.closed == 1  # session-2's upstream was closed
+    finally:
+        await ts.close()
+
+
+async def test_one_address_holds_at_most_its_share_and_churns_its_own_sessions():
+    cfg = MeekConfig(turnaround_s=0.01, max_sessions=10, trusted_edges=("127.0.0.1",))
+    assert cfg.per_source_cap == 5
+    ts, server, _ = await meek(cfg)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await post(http, ts, "victim-01", b"v", {"Meek-IP": "198.18.0.2"})
+            for i in range(20):  # a flood from one address
+                await post(http, ts, f"flood-{i:04}", b"", {"Meek-IP": "198.18.0.66"})
+            flooders = [s for s in server.sessions.values() if s.source == "198.18.0.66"]
+            assert len(flooders) == 5 and "victim-01" in server.sessions
+            assert (await post(http, ts, "victim-01", b"w",
+                               {"Meek-IP": "198.18.0.2"}))[:2] == (200, b"w")
+    finally:
+        await ts.close()
+
+
+async def test_between_polls_a_session_reads_nothing_from_its_upstream():
+    """Tor's meek-server reads the upstream only while it answers a request: an idle
+    session holds no buffer in the process."""
+    ts, server, _ = await meek(MeekConfig(turnaround_s=0.01))
+    try:
+        async with aiohttp.ClientSession() as http:
+            got = (await post(http, ts, "quiet-session", b"x" * 1000))[1]
+            session = server.sessions["quiet-session"]
+            for _ in range(50):
+                # The echo's answer waits in the kernel between polls, not in our buffer.
+                await asyncio.sleep(0.02)
+                assert len(session.reader._buffer) == 0  # noqa: SLF001 - the point here
+                if len(got) == 1000:
+                    break
+                got += (await post(http, ts, "quiet-session"))[1]
+            assert got == b"x" * 1000  # and the polls still carry all of it
+    finally:
+        await ts.close()
+
+
+def test_the_caps_are_options():
+    from transports.meek.server import config_from_options
+
+    cfg, _ = config_from_options({"max-sessions": "40", "max-sessions-per-source": "4"})
+    assert (cfg.max_sessions, cfg.per_source_cap) == (40, 4)
+    for bad in ("0", "x"):
+        with pytest.raises(ValueError, match="max-sessions"):
+            config_from_options({"max-sessions": bad})
