@@ -14,6 +14,13 @@ as Go's WebSocket upgrader answers. Streams go to ``dest`` with a plain TCP
 connection, to tor's ORPort, or to its Extended ORPort with ``USERADDR`` set to
 the client address the proxy reported (port 1, a stub, as goptlib does) and
 ``TRANSPORT=snowflake``.
+
+Under hostile load (ours, docs/transports/budgets.md §2): the HTTP side sheds
+slow and idle connections (:mod:`transports.common.httpguard`), the ClientID
+map is capped, and so are open streams, in all (``max_streams``, from the
+descriptor budget: each holds an upstream connection) and per ClientID
+(``max_streams_per_client``; tor opens one); a stream over a cap is closed at
+once.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from aiohttp import WSMsgType, web
 
 from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
+from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
 from transports.common.relay import relay
 from transports.common.servertls import server_tls
@@ -41,6 +49,7 @@ from transports.pt import extorport
 
 from .turbotunnel import TOKEN, encapsulation, smux
 from .turbotunnel.clientmap import (
+    MAX_CLIENTS,
     QUEUE_LEN,
     QUEUE_TIMEOUT_S,
     SERVER_KEEPALIVE_TIMEOUT_S,
@@ -65,6 +74,7 @@ class BridgeStats:
     bad_token: int = 0
     empty: int = 0
     streams: int = 0
+    refused_streams: int = 0
     handoff_failures: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
@@ -83,6 +93,11 @@ class BridgeConfig:
     keepalive_timeout_s: float = SERVER_KEEPALIVE_TIMEOUT_S
     preamble_timeout_s: float = PREAMBLE_TIMEOUT_S
     expire_interval_s: float = 5.0
+    max_clients: int = MAX_CLIENTS
+    # Each open stream holds an upstream connection; the WebSockets need theirs.
+    max_streams: int = field(default_factory=lambda: max(16, (descriptor_budget() - RESERVE)
+                                                         // 2))
+    max_streams_per_client: int = 16
     clock: Callable[[], float] = field(default=time.monotonic)
 
 
@@ -114,7 +129,8 @@ class SnowflakeBridge:
         self.clients = ClientMap(self._on_stream, queue_len=config.queue_len,
                                  queue_timeout_s=config.queue_timeout_s,
                                  keepalive_timeout_s=config.keepalive_timeout_s,
-                                 clock=config.clock)
+                                 max_clients=config.max_clients, clock=config.clock)
+        self.open_streams = 0
         self.app = web.Application()
         self.app.router.add_get("/{tail:.*}", self._websocket)
         self.app.on_startup.append(self._start_expiry)
@@ -224,9 +240,20 @@ class SnowflakeBridge:
 
     # -- streams ------------------------------------------------------------
     async def _on_stream(self, stream: smux.Stream, session: ClientSession) -> None:
+        cfg = self.config
+        if self.open_streams >= cfg.max_streams or session.streams >= cfg.max_streams_per_client:
+            self.stats.refused_streams += 1
+            await stream.close()
+            return
         self.stats.streams += 1
-        inner = as_streams(stream, {"peername": (session.client_ip or "0.0.0.0", 1)})
-        await self._handoff(inner, session.client_ip)
+        self.open_streams += 1
+        session.streams += 1
+        try:
+            inner = as_streams(stream, {"peername": (session.client_ip or "0.0.0.0", 1)})
+            await self._handoff(inner, session.client_ip)
+        finally:
+            self.open_streams -= 1
+            session.streams -= 1
 
     async def _default_handoff(self, inner: Streams, client_ip: str) -> None:
         cfg = self.config

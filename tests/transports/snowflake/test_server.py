@@ -211,3 +211,69 @@ async def test_pt_server_mode_hands_streams_to_the_extended_orport(tmp_path):
         await session.close()
     assert info.transport == "snowflake"
     assert (str(info.host), info.port) == ("198.18.0.7", 1)
+
+
+async def test_streams_over_the_per_client_cap_are_closed_at_once():
+    srv, port = await hash_server()
+    b = sfserver.SnowflakeBridge(sfserver.BridgeConfig(dest=("127.0.0.1", port),
+                                                       max_streams_per_client=2))
+    listening = await sfserver.listen(b, "127.0.0.1", 0)
+    url = f"ws://127.0.0.1:{listening.port}/"
+
+    async def dial():
+        return await WebSocketCarrier.connect(url)
+    session = TurboTunnelSession(dial).start()
+    try:
+        held = [await session.open_stream() for _ in range(2)]  # open, and silent
+        while b.open_streams < 2:
+            await asyncio.sleep(0.01)
+        reader, writer = await session.open_stream()
+        writer.write(b"D10\n")
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no data
+        assert b.stats.refused_streams == 1 and b.open_streams == 2
+        held[0][1].write(b"D10\n")  # a held stream still works...
+        assert len(await asyncio.wait_for(held[0][0].readexactly(42), 10)) == 42
+        held[0][1].close()
+        while b.open_streams > 1:
+            await asyncio.sleep(0.01)
+        reader, writer = await session.open_stream()  # ...and, one closed, a new one does
+        writer.write(b"D10\n")
+        assert len(await asyncio.wait_for(reader.readexactly(42), 10)) == 42
+    finally:
+        await session.close()
+        await listening.aclose()
+        srv.close()
+
+
+async def test_the_client_map_is_capped_and_forgets_ids_that_never_spoke_kcp():
+    now = [1000.0]
+
+    async def never(_stream, _session):
+        raise AssertionError("no stream expected")
+    cmap = ClientMap(never, max_clients=3, queue_timeout_s=60, clock=lambda: now[0])
+    sessions = []
+    for i in range(3):
+        s = cmap.attach(bytes([i]) * 8, "")
+        now[0] += 1
+        sessions.append(s)
+    cmap.detach(sessions[1])  # detached the longest once the others detach later
+    now[0] += 1
+    cmap.detach(sessions[0])
+    # Full: a new ClientID ends the one detached the longest; attached ones stay.
+    cmap.attach(b"\x09" * 8, "")
+    assert set(cmap.sessions) == {b"\x00" * 8, b"\x02" * 8, b"\x09" * 8}
+    assert cmap.evicted == 1
+    # All attached: nobody is ended, the map grows past its cap rather than cut a
+    # live WebSocket's session.
+    cmap.attach(b"\x00" * 8, "")
+    cmap.attach(b"\x0a" * 8, "")
+    assert len(cmap.sessions) == 4 and cmap.evicted == 1
+    # A ClientID that never spoke KCP is forgotten after the queue timeout without
+    # a WebSocket, and not before.
+    cmap.detach(sessions[2])
+    now[0] += 60
+    cmap.expire()
+    assert b"\x02" * 8 in cmap.sessions
+    now[0] += 1
+    cmap.expire()
+    assert b"\x02" * 8 not in cmap.sessions and cmap.forgotten == 1

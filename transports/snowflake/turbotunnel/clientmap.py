@@ -15,7 +15,11 @@ ClientID, like a UDP listener keyed by address. We do the same:
   dropped (KCP retransmits), and while no WebSocket is attached for
   ``queue_timeout_s`` the queue is emptied;
 * a session ends when its smux session ends (keepalive timeout, bad frames),
-  and then leaves the map.
+  and then leaves the map;
+* ours, under hostile load (docs/transports/budgets.md §2): a ClientID that
+  never started KCP is forgotten once it has had no WebSocket for
+  ``queue_timeout_s``, and the map holds at most ``max_clients``; past that a
+  new ClientID ends the one detached the longest (one without KCP first).
 
 Each smux stream the client opens goes to ``on_stream(stream, session)``.
 """
@@ -35,6 +39,8 @@ QUEUE_LEN = 512
 QUEUE_TIMEOUT_S = 60.0
 SERVER_KEEPALIVE_TIMEOUT_S = 240.0
 CLIENT_IP_CAPACITY = 98304
+# ClientIDs the map keeps: each may hold a 512-packet queue (about 0.7 MB at worst).
+MAX_CLIENTS = 4096
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,7 @@ class ClientSession:
         self._acceptor: asyncio.Task[None] | None = None
         self.dropped_out = 0
         self.dropped_in = 0
+        self.streams = 0  # open smux streams (the bridge caps them per ClientID)
         self.closed = False
 
     def _enqueue(self, packet: bytes) -> None:
@@ -129,8 +136,12 @@ class ClientMap:
     def __init__(self, on_stream: StreamHandler, *, queue_len: int = QUEUE_LEN,
                  queue_timeout_s: float = QUEUE_TIMEOUT_S,
                  keepalive_timeout_s: float = SERVER_KEEPALIVE_TIMEOUT_S,
+                 max_clients: int = MAX_CLIENTS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.on_stream = on_stream
+        self.max_clients = max_clients
+        self.evicted = 0
+        self.forgotten = 0
         self.queue_len = queue_len
         self.queue_timeout_s = queue_timeout_s
         self.smux_config = smux.Config(keepalive_timeout_s=keepalive_timeout_s)
@@ -147,6 +158,8 @@ class ClientMap:
                 self.client_ips.popitem(last=False)
         session = self.sessions.get(client_id)
         if session is None:
+            if len(self.sessions) >= self.max_clients:
+                self._evict()
             session = self.sessions[client_id] = ClientSession(self, client_id)
         session.client_ip = self.client_ips.get(client_id, "")
         session.attached += 1
@@ -157,17 +170,35 @@ class ClientMap:
         session.attached -= 1
         session.last_attached = self.clock()
 
+    def _evict(self) -> None:
+        """End the ClientID detached the longest, preferring one that never started
+        KCP; none is ended while every one has a WebSocket."""
+        idle = [s for s in self.sessions.values() if s.attached == 0]
+        if not idle:
+            return
+        victim = min(idle, key=lambda s: (s.kcp is not None, s.last_attached))
+        self.evicted += 1
+        if victim.kcp is None:
+            self._forget(victim)
+        else:
+            asyncio.get_running_loop().create_task(victim.close())
+            self._forget(victim)
+
     def expire(self) -> int:
         """Empty the outgoing queues of ClientIDs with no WebSocket for
-        ``queue_timeout_s``; the number emptied. Call it periodically."""
+        ``queue_timeout_s``, and forget those of them that never started KCP; the
+        number emptied. Call it periodically."""
         now = self.clock()
         emptied = 0
         for s in list(self.sessions.values()):
-            if s.attached == 0 and now - s.last_attached > self.queue_timeout_s \
-                    and not s.outgoing.empty():
-                while not s.outgoing.empty():
-                    s.outgoing.get_nowait()
-                emptied += 1
+            if s.attached == 0 and now - s.last_attached > self.queue_timeout_s:
+                if not s.outgoing.empty():
+                    while not s.outgoing.empty():
+                        s.outgoing.get_nowait()
+                    emptied += 1
+                if s.kcp is None:  # never started a conversation: nothing to keep
+                    self._forget(s)
+                    self.forgotten += 1
         return emptied
 
     def _forget(self, session: ClientSession) -> None:
