@@ -20,11 +20,17 @@ Attacks so far:
   with one POST and never polled again;
 * ``session-rate``: new meek sessions at ``--rate`` a second (100) for
   ``--rate-s`` seconds (30); the legitimate exchange runs half way through,
-  and again 10 s after the flood.
+  and again 10 s after the flood;
+* ``unread-streams``: ``--streams`` Turbo Tunnel streams (1,000) to the
+  Snowflake bridge, each asking the upstream for an endless download and never
+  reading a byte of it (16 to a ClientID, the bridge's cap).
 
 The legitimate client is our own: a 64 KiB byte-exact echo through obfs4,
-ScrambleSuit or meek (each as a managed-mode PT server), and the broker's
-``/robots.txt`` compared with what it answered before the attack.
+ScrambleSuit, meek or the Snowflake bridge (each as a managed-mode PT server;
+the bridge's over a WebSocket and Turbo Tunnel, as a proxy would carry it),
+and the broker's ``/robots.txt`` compared with what it answered before the
+attack. The upstream echoes, or, for a connection whose first byte is ``F``,
+sends without end.
 
 ``--quick`` runs smaller attacks (CI's form). Run:
 ``.venv/bin/python benchmarks/hostile.py [--quick] [--servers obfs4,scramblesuit,meek,broker]``.
@@ -47,10 +53,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ptlab.ptparent import parse_method  # noqa: E402
-from tests.support.echo import start_echo_server  # noqa: E402
 from transports import base as transports  # noqa: E402
+from transports.snowflake.carriers import WebSocketCarrier  # noqa: E402
+from transports.snowflake.turbotunnel.redial import TurboTunnelSession  # noqa: E402
 
 EXCHANGE = os.urandom(64 * 1024)
+FLOOD = os.urandom(64 * 1024)
+
+
+async def start_upstream() -> tuple[asyncio.Server, int]:
+    """Echo, or (first byte ``F``) an endless download: the "fast upstream"."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            first = await reader.readexactly(1)
+            if first == b"F":
+                while True:
+                    writer.write(FLOOD)
+                    await writer.drain()
+            writer.write(first)
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
 
 
 @dataclass
@@ -165,6 +191,27 @@ async def broker_robots(server: Server, timeout_s: float) -> bytes:
     return body
 
 
+def bridge_url(server: Server) -> str:
+    return f"ws://{server.host}:{server.port}/"
+
+
+async def snowflake_exchange(server: Server, timeout_s: float) -> str:
+    """A Turbo Tunnel session over a WebSocket, as a proxy carries a client's."""
+    async def dial():
+        return await WebSocketCarrier.connect(bridge_url(server))
+    session = TurboTunnelSession(dial).start()
+    try:
+        reader, writer = await asyncio.wait_for(session.open_stream(), timeout_s)
+        writer.write(EXCHANGE)
+        got = await asyncio.wait_for(reader.readexactly(len(EXCHANGE)), timeout_s)
+        writer.close()
+    except Exception as exc:  # any failure is the row's result, named
+        return f"FAIL ({type(exc).__name__})"
+    finally:
+        await session.close()
+    return "ok" if got == EXCHANGE else "FAIL (bytes differ)"
+
+
 async def legit_exchange(server: Server, timeout_s: float) -> str:
     """A real client's byte-exact round trip through the server to the echo upstream
     (for the broker: its robots.txt, byte-exact against the one before the attack)."""
@@ -174,6 +221,8 @@ async def legit_exchange(server: Server, timeout_s: float) -> str:
         except Exception as exc:  # any failure is the row's result, named
             return f"FAIL ({type(exc).__name__})"
         return "ok" if got == server.robots else "FAIL (bytes differ)"
+    if server.name == "snowflake":
+        return await snowflake_exchange(server, timeout_s)
     transport = transports.get(server.name)
     factory = transport.client_factory(None, server.args)
     try:
@@ -284,8 +333,41 @@ class MeekSessions(Junk):
         await super().stop()
 
 
+@dataclass
+class UnreadStreams(Junk):
+    """Turbo Tunnel streams that ask for an endless download and never read it."""
+
+    per_client: int = 16
+    sessions: list[TurboTunnelSession] = field(default_factory=list)
+
+    async def start(self, host: str, port: int) -> None:
+        url = f"ws://{host}:{port}/"
+
+        async def dial():
+            return await WebSocketCarrier.connect(url)
+        left = self.count
+        while left > 0:
+            session = TurboTunnelSession(dial).start()
+            self.sessions.append(session)
+            for _ in range(min(self.per_client, left)):
+                try:
+                    _, writer = await asyncio.wait_for(session.open_stream(), 10)
+                except Exception:  # noqa: BLE001 - a refused stream is the bridge's answer
+                    self.refused += 1
+                    continue
+                writer.write(b"F")
+            left -= self.per_client
+        await asyncio.sleep(3.0)  # let the downloads fill whatever they can
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
+        self.sessions.clear()
+        await asyncio.sleep(1.0)
+
+
 ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker": "slowloris",
-           "meek-sessions": "sessions", "meek-rate": "session-rate"}
+           "meek-sessions": "sessions", "meek-rate": "session-rate", "snowflake": "slowloris",
+           "snowflake-streams": "unread-streams"}
 
 
 @dataclass
@@ -302,7 +384,7 @@ class RowResult:
 
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
                   workdir: Path, rate: float = 0.0) -> RowResult:
-    echo, echo_port = await start_echo_server()
+    echo, echo_port = await start_upstream()
     if name == "broker":
         server = start_broker(workdir, nofile)
         server.robots = await broker_robots(server, timeout_s)
@@ -317,8 +399,11 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         if baseline != "ok":
             raise RuntimeError(f"{name}: the legitimate exchange fails with no attack: "
                                f"{baseline}")
-        if attack == "sessions":
-            junk: Junk = MeekSessions(attack_count)
+        junk: Junk
+        if attack == "unread-streams":
+            junk = UnreadStreams(attack_count)
+        elif attack == "sessions":
+            junk = MeekSessions(attack_count)
         elif attack == "session-rate":
             junk = MeekSessions(attack_count, rate=rate, after_s=10.0 if attack_count > 1000
                                 else 1.0)
@@ -344,11 +429,12 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--servers", default="obfs4,scramblesuit,meek,broker,meek-sessions,meek-rate")
+    p.add_argument("--servers", default=",".join(ATTACKS))
     p.add_argument("--junk", type=int, default=1100, help="silent junk connections")
     p.add_argument("--slowloris", type=int, default=1500, help="unfinished HTTP heads")
     p.add_argument("--sessions", type=int, default=3000, help="idle meek sessions")
     p.add_argument("--rate", type=float, default=100.0, help="new meek sessions a second")
+    p.add_argument("--streams", type=int, default=1000, help="unread bridge streams")
     p.add_argument("--rate-s", type=float, default=30.0, help="seconds of new sessions")
     p.add_argument("--nofile", type=int, default=1024, help="the servers' descriptor limit")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
@@ -366,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     sessions, rate, rate_s = ((400, 100.0, 4.0) if args.quick
                               else (args.sessions, args.rate, args.rate_s))
     counts = {"junk": junk, "slowloris": slow, "sessions": sessions,
-              "session-rate": int(rate * rate_s)}
+              "session-rate": int(rate * rate_s),
+              "unread-streams": 100 if args.quick else args.streams}
     # This process holds every attacking connection: give it room.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(soft, max(junk, slow) * 2 + 256)

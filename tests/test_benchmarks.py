@@ -64,15 +64,17 @@ def test_snowflake_scale_refuses_a_zero_count(capsys):
 def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
     """CI's subset of issue 29's benchmark, each server under a 256-descriptor limit:
     300 silent junk connections to obfs4 and ScrambleSuit, 400 unfinished HTTP heads
-    to the meek server and the broker, 400 idle meek sessions, and new meek sessions
-    at 100 a second for 4 s."""
+    to the meek server, the broker and the Snowflake bridge, 400 idle meek sessions,
+    new meek sessions at 100 a second for 4 s, and 100 unread bridge streams."""
     assert load("hostile").main(["--quick"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [r[:3] for r in rows] == [["obfs4", "junk", "x300"], ["scramblesuit", "junk", "x300"],
                                      ["meek", "slowloris", "x400"],
                                      ["broker", "slowloris", "x400"],
                                      ["meek-sessions", "sessions", "x400"],
-                                     ["meek-rate", "session-rate", "x400"]]
+                                     ["meek-rate", "session-rate", "x400"],
+                                     ["snowflake", "slowloris", "x400"],
+                                     ["snowflake-streams", "unread-streams", "x100"]]
     for r in rows:
         assert r[3:5] == ["ok", "ok"], r  # during the flood, and after it
         assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks

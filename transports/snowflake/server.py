@@ -75,6 +75,7 @@ class BridgeStats:
     empty: int = 0
     streams: int = 0
     refused_streams: int = 0
+    evicted_streams: int = 0
     handoff_failures: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
@@ -131,6 +132,7 @@ class SnowflakeBridge:
                                  keepalive_timeout_s=config.keepalive_timeout_s,
                                  max_clients=config.max_clients, clock=config.clock)
         self.open_streams = 0
+        self._writers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # stream -> its writer
         self.app = web.Application()
         self.app.router.add_get("/{tail:.*}", self._websocket)
         self.app.on_startup.append(self._start_expiry)
@@ -241,19 +243,47 @@ class SnowflakeBridge:
     # -- streams ------------------------------------------------------------
     async def _on_stream(self, stream: smux.Stream, session: ClientSession) -> None:
         cfg = self.config
-        if self.open_streams >= cfg.max_streams or session.streams >= cfg.max_streams_per_client:
+        if session.streams >= cfg.max_streams_per_client or (
+                self.open_streams >= cfg.max_streams and not self._make_room(session)):
             self.stats.refused_streams += 1
             await stream.close()
             return
+        task = asyncio.current_task()
+        assert task is not None
         self.stats.streams += 1
         self.open_streams += 1
-        session.streams += 1
+        session.stream_tasks.append(task)
         try:
             inner = as_streams(stream, {"peername": (session.client_ip or "0.0.0.0", 1)})
+            self._writers[task] = inner[1]
             await self._handoff(inner, session.client_ip)
         finally:
-            self.open_streams -= 1
-            session.streams -= 1
+            self._writers.pop(task, None)
+            if task in session.stream_tasks:  # not already counted out by _make_room
+                self.open_streams -= 1
+                session.stream_tasks.remove(task)
+
+    def _make_room(self, newcomer: ClientSession) -> bool:
+        """At the stream cap: end the oldest stream of the ClientID holding the most,
+        if it holds more than ``newcomer`` does; whether room was made. A flood of
+        ClientIDs with many streams each so loses streams to a client with one."""
+        holders = [s for s in self.clients.sessions.values() if s.stream_tasks]
+        if not holders:
+            return False
+        victim = max(holders, key=lambda s: s.streams)
+        if victim.streams <= newcomer.streams:
+            return False
+        oldest = victim.stream_tasks.pop(0)
+        self.open_streams -= 1  # now: it ends a moment later, the room is needed now
+        writer = self._writers.pop(oldest, None)
+        if writer is not None:
+            # Abort, not close: a stream its client never reads cannot flush, and a
+            # close would wait for ever; the relay then ends and closes the upstream.
+            writer.transport.abort()
+        else:
+            oldest.cancel()
+        self.stats.evicted_streams += 1
+        return True
 
     async def _default_handoff(self, inner: Streams, client_ip: str) -> None:
         cfg = self.config

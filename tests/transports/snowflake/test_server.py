@@ -277,3 +277,30 @@ async def test_the_client_map_is_capped_and_forgets_ids_that_never_spoke_kcp():
     now[0] += 1
     cmap.expire()
     assert b"\x02" * 8 not in cmap.sessions and cmap.forgotten == 1
+
+
+async def test_at_the_stream_cap_the_biggest_holder_loses_its_oldest_stream():
+    srv, port = await hash_server()
+    b = sfserver.SnowflakeBridge(sfserver.BridgeConfig(dest=("127.0.0.1", port), max_streams=3))
+    listening = await sfserver.listen(b, "127.0.0.1", 0)
+    url = f"ws://127.0.0.1:{listening.port}/"
+
+    async def dial():
+        return await WebSocketCarrier.connect(url)
+    hog, newcomer = TurboTunnelSession(dial).start(), TurboTunnelSession(dial).start()
+    try:
+        held = [await hog.open_stream() for _ in range(3)]
+        while b.open_streams < 3:
+            await asyncio.sleep(0.01)
+        reader, writer = await newcomer.open_stream()
+        writer.write(b"D10\n")
+        assert len(await asyncio.wait_for(reader.readexactly(42), 10)) == 42
+        assert b.stats.evicted_streams == 1 and b.open_streams <= 3
+        assert await asyncio.wait_for(held[0][0].read(), 10) == b""  # the hog's oldest
+        held[2][1].write(b"D10\n")  # its newest carries on
+        assert len(await asyncio.wait_for(held[2][0].readexactly(42), 10)) == 42
+    finally:
+        await hog.close()
+        await newcomer.close()
+        await listening.aclose()
+        srv.close()

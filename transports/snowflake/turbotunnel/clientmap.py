@@ -62,8 +62,14 @@ class ClientSession:
         self._acceptor: asyncio.Task[None] | None = None
         self.dropped_out = 0
         self.dropped_in = 0
-        self.streams = 0  # open smux streams (the bridge caps them per ClientID)
+        # The tasks serving this ClientID's open smux streams, oldest first (the bridge
+        # caps them per ClientID, and ends the oldest when another needs room).
+        self.stream_tasks: list[asyncio.Task] = []
         self.closed = False
+
+    @property
+    def streams(self) -> int:
+        return len(self.stream_tasks)
 
     def _enqueue(self, packet: bytes) -> None:
         try:

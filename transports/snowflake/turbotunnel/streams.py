@@ -18,8 +18,11 @@ from collections.abc import Callable
 
 from .smux import SmuxError, Stream
 
-HIGH_WATER = 256 * 1024
-LOW_WATER = 64 * 1024
+# Bytes a stream's transport queues before the writer waits: smux's window and
+# KCP's queue do the pipelining, and a thousand unread streams on a bridge each
+# hold this much (docs/transports/budgets.md §2).
+HIGH_WATER = 64 * 1024
+LOW_WATER = 16 * 1024
 
 
 class SmuxTransport(asyncio.Transport):
