@@ -78,3 +78,13 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
     for r in rows:
         assert r[3:5] == ["ok", "ok"], r  # during the flood, and after it
         assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks
+        assert int(r[9]) == 0, r  # no log line names the attackers' address
+
+
+def test_hostile_counts_log_lines_that_name_the_attackers(tmp_path):
+    hostile = load("hostile")
+    log = tmp_path / "server.log"
+    log.write_text(f"LOG SEVERITY=info MESSAGE=\"peer {hostile.ATTACKER}:4242 closed\"\n"
+                   "LOG SEVERITY=info MESSAGE=\"listening on 127.0.0.1:9\"\n")
+    server = hostile.Server("x", None, log, "127.0.0.1", 9, {})
+    assert server.addresses_logged() == 1
