@@ -60,6 +60,9 @@ def _log(severity: str, message: str) -> None:
 
 # Running out of descriptors or buffers: one LOG line a second, never one per failure.
 _quiet = QuietErrors(lambda line: _log("warning", line))
+# Probes and garbage are normal for a bridge: at most one line a second about them,
+# which counts the rest, so a flood of strangers cannot fill the log.
+_quiet_info = QuietErrors(lambda line: _log("info", line))
 
 
 def _describe(exc: BaseException) -> str:
@@ -309,7 +312,7 @@ def _orport_handler(name: str, factory: base.StreamServerFactory,
             inner = await factory.wrap(reader, writer)
         except Exception as exc:  # probes and garbage are normal for a bridge
             await _close(writer)
-            _log("info", f"{name}: handshake failed: {_describe(exc)}")
+            _quiet_info.report(f"{name}-handshake", f"{name}: handshake failed: {_describe(exc)}")
             return
         await _hand_to_tor(name, cfg, inner, client_addr)
         await _close(writer)
