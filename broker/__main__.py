@@ -74,7 +74,8 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     events = EventLog(COMPONENT)
     QuietErrors(lambda line: events.emit("resource_error", error=line)).install(
         asyncio.get_running_loop())
-    guard = HttpGuard(HttpLimits(max_body=cfg.read_limit))
+    # The edge (a CDN or domain front) carries everyone's polls: no per-address share.
+    guard = HttpGuard(HttpLimits(max_body=cfg.read_limit, trusted=cfg.trusted_edges))
     try:
         runner, server = await serve_guarded(broker.app(), host.strip("[]") or None, int(port),
                                              tls, guard)

@@ -11,6 +11,10 @@ has. :class:`HttpGuard` sits between the listening socket and aiohttp:
   of its previous response;
 * connections waiting for a head are capped (from the descriptor budget); past
   the cap the one that has waited longest is closed, so a new client gets in;
+* one address may hold a quarter of the waiting places; past its share, its
+  own longest-waiting connection is closed, so a flood from one address churns
+  its own connections and nobody else's. A trusted edge (a CDN or reverse proxy
+  whose connections carry everyone's requests) has no share;
 * connections in all are capped, below the budget;
 * a body must have arrived within ``body_timeout_s`` of its head (or the
   connection is closed), and one whose declared length is over ``max_body``
@@ -53,12 +57,19 @@ class HttpLimits:
     max_body: int = 1 << 20
     max_waiting: int = field(default_factory=unauthenticated_cap)
     max_connections: int = field(default_factory=default_max_connections)
+    max_waiting_per_source: int = 0  # 0: a quarter of max_waiting, at least 4
+    trusted: tuple[str, ...] = ()  # addresses with no per-source share (the edge)
+
+    @property
+    def per_source(self) -> int:
+        return self.max_waiting_per_source or max(4, self.max_waiting // 4)
 
 
 @dataclass
 class GuardStats:
     head_timeouts: int = 0
     evicted: int = 0
+    evicted_same_source: int = 0
     refused: int = 0
     too_large: int = 0
     body_timeouts: int = 0
@@ -71,6 +82,7 @@ class HttpGuard:
         self.limits = limits or HttpLimits()
         self.stats = GuardStats()
         self.open: set[Any] = set()
+        self.source: dict[Any, str] = {}  # handler -> its peer's address
         # handler -> the timer that closes it unless a request head arrives first
         self.waiting: collections.OrderedDict[Any, asyncio.TimerHandle] = \
             collections.OrderedDict()
@@ -86,14 +98,24 @@ class HttpGuard:
             self.stats.refused += 1
             transport.close()
             return
-        if len(self.open) >= self.limits.max_connections or \
+        peer = transport.get_extra_info("peername")
+        src = str(peer[0]) if peer else ""
+        mine = [h for h in self.waiting if self.source.get(h) == src] \
+            if src and src not in self.limits.trusted else []
+        if len(mine) >= self.limits.per_source:
+            self._evict(mine[0])  # its own longest-waiting connection
+            self.stats.evicted_same_source += 1
+        elif len(self.open) >= self.limits.max_connections or \
                 len(self.waiting) >= self.limits.max_waiting:
-            oldest, timer = self.waiting.popitem(last=False)
-            timer.cancel()
-            self.stats.evicted += 1
-            _close(oldest)
+            self._evict(next(iter(self.waiting)))
         self.open.add(handler)
+        self.source[handler] = src
         self._wait(handler)
+
+    def _evict(self, handler: Any) -> None:
+        self._stop_waiting(handler)
+        self.stats.evicted += 1
+        _close(handler)
 
     def _wait(self, handler: Any) -> None:
         """Start ``handler``'s head deadline (on accept, and after each response)."""
@@ -122,6 +144,7 @@ class HttpGuard:
     def _forget(self, handler: Any) -> None:
         self._stop_waiting(handler)
         self.open.discard(handler)
+        self.source.pop(handler, None)
 
     # --- requests -------------------------------------------------------------
 

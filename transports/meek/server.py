@@ -52,6 +52,7 @@ from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
+from transports.common.httpguard import HttpGuard, HttpLimits
 from transports.common.pipes import spawn, stream_pair
 from transports.common.servertls import server_tls
 from transports.common.weblisten import Listening
@@ -336,7 +337,10 @@ def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> 
 
 async def listen(server: MeekServer, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
-    return await weblisten.listen(server.app, host, port, ssl_context)
+    # The edge carries everyone's polls: it gets no per-address share of the
+    # connections that wait for a request head.
+    guard = HttpGuard(HttpLimits(trusted=server.config.trusted_edges))
+    return await weblisten.listen(server.app, host, port, ssl_context, guard)
 
 
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:

@@ -68,7 +68,9 @@ async def test_a_long_request_is_not_cut_by_the_head_deadline():
 
 
 async def test_past_the_waiting_cap_the_longest_waiting_is_closed_and_a_client_gets_in():
-    guard, runner, server, port = await start(HttpLimits(head_timeout_s=30, max_waiting=20))
+    # One address with no share (as a trusted edge): the global cap alone.
+    guard, runner, server, port = await start(HttpLimits(head_timeout_s=30, max_waiting=20,
+                                                         trusted=("127.0.0.1",)))
     try:
         slow = []
         for _ in range(50):
@@ -122,5 +124,30 @@ async def test_over_the_connection_cap_with_none_waiting_a_new_one_is_refused():
         assert guard.stats.refused == 1
         assert await asyncio.gather(*busy) == ["hello", "hello"]
         writer.close()
+    finally:
+        await stop(runner, server)
+
+
+async def test_a_flood_from_one_address_churns_its_own_connections_only():
+    guard, runner, server, port = await start(HttpLimits(head_timeout_s=30, max_waiting=40))
+    assert guard.limits.per_source == 10
+    try:
+        # Someone else, slow but honest: half a head, to be finished later.
+        honest_r, honest_w = await asyncio.open_connection("127.0.0.1", port)
+        honest_w.write(b"GET / HTTP/1.1\r\n")
+        flood = []
+        for _ in range(100):
+            r, w = await asyncio.open_connection("127.0.0.1", port,
+                                                 local_addr=("127.77.0.1", 0))
+            w.write(b"POST / HTTP/1.1\r\nX-Slow: ")
+            flood.append(w)
+        await asyncio.sleep(0.2)
+        from_flood = [h for h in guard.waiting if guard.source[h] == "127.77.0.1"]
+        assert len(from_flood) == 10 and guard.stats.evicted_same_source == 90
+        honest_w.write(b"Host: x\r\nConnection: close\r\n\r\n")  # still there
+        answer = await asyncio.wait_for(honest_r.read(), 5)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"hello")
+        for w in flood:
+            w.close()
     finally:
         await stop(runner, server)
