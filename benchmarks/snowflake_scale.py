@@ -167,7 +167,8 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
                           for q in tree(p.pid, kids)]
             fig["fds"] = fds(everything)
             fig["load1"] = round(os.getloadavg()[0], 1)
-            fig["goodput_mbit"] = round(len(ok) * size * 8 / 1e6 / elapsed, 1)
+            # Three decimals: a small fetch that waited on a rendezvous is still > 0.
+            fig["goodput_mbit"] = round(len(ok) * size * 8 / 1e6 / elapsed, 3)
             fig.update(collapse_counts(procs))
             print(f"[{pool}/process] fetches: {len(ok)} of {len(results)} byte-exact "
                   f"({size} B each) in {fig['fetch_s']:.1f} s; errors: {fig['errors']}")
