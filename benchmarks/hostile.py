@@ -262,10 +262,14 @@ class Junk:
             except (OSError, TimeoutError):
                 self.refused += 1
                 return
-            writer.write(os.urandom(37))
+            writer.write(self.opening())
             self.writers.append(writer)
         for i in range(0, self.count, 100):
             await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
+
+    def opening(self) -> bytes:
+        """What each connection sends before it falls silent."""
+        return os.urandom(37)
 
     async def stop(self) -> None:
         for w in self.writers:
@@ -278,18 +282,8 @@ class Junk:
 class Slowloris(Junk):
     """Connections that start an HTTP request head and never finish it."""
 
-    async def start(self, host: str, port: int) -> None:
-        async def one() -> None:
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(
-                    host, port, local_addr=(ATTACKER, 0)), 10)
-            except (OSError, TimeoutError):
-                self.refused += 1
-                return
-            writer.write(b"POST / HTTP/1.1\r\nHost: example.com\r\nX-Slow: ")
-            self.writers.append(writer)
-        for i in range(0, self.count, 100):
-            await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
+    def opening(self) -> bytes:
+        return b"POST / HTTP/1.1\r\nHost: example.com\r\nX-Slow: "
 
 
 @dataclass
