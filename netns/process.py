@@ -96,23 +96,58 @@ class LabProcess:
         self.wait_for(lambda text: bool(rx.search(text)), timeout, f"ready (/{pattern}/)")
 
     def stop(self, timeout: float = 3.0) -> int | None:
-        """SIGTERM the process group, then SIGKILL it; return the exit status."""
+        """SIGTERM the process group, then SIGKILL it; return the leader's exit status.
+
+        The group is signalled even when the leader has already exited: a shell
+        that died under ``set -e`` leaves its background children (a VPN daemon
+        holding a tun device) in the group, and they must not outlive the cell.
+        """
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            if self._group_gone(wait):
+                break
         if self.proc.stdin:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
         return self.proc.poll()
+
+    def _group_gone(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for every live member of the group to exit."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            self.proc.poll()  # reap the leader
+            if not live_group_members(self.proc.pid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """The PIDs in process group ``pgid`` that are not zombies.
+
+    Orphans are reaped by PID 1, which may take a second or more; a zombie holds
+    no descriptor or device any more, so it does not count.
+    """
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members

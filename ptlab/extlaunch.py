@@ -2,7 +2,7 @@
 
 Tools such as ss-server print nothing the lab could wait for, so this launcher
 runs the tool (its output goes to the same log), polls a TCP port until it
-accepts a connection (or, for a VPN, until its tun device exists), and then
+accepts a connection (or, for a VPN, until its tun device is up with an address), and then
 writes the lab's ``ready`` event. SIGTERM and SIGINT are passed on to the tool;
 the launcher exits with the tool's status.
 Used by bring-your-own-tool rows (ptlab.plugins.external).
@@ -18,10 +18,11 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from ptcommon.events import EventLog
 from transports.common.hostport import split_hostport
+
+from .tunroute import device_ready
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ptlab.extlaunch", description=__doc__)
     ready = p.add_mutually_exclusive_group(required=True)
     ready.add_argument("--ready-port", help="HOST:PORT that accepts when ready")
-    ready.add_argument("--ready-dev", help="a network device that exists when ready (a tun)")
+    ready.add_argument("--ready-dev",
+                       help="a network device that is up with an IPv4 address when ready")
     p.add_argument("--component", default="external", help="the events' component name")
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the tool's command line")
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             return port_open(host, port)
     else:
         def is_ready() -> bool:
-            return Path(f"/sys/class/net/{args.ready_dev}").exists()
+            return device_ready(args.ready_dev)
     try:
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     except OSError as exc:

@@ -38,15 +38,27 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _device_up(dev: str) -> bool:
-    return Path(f"/sys/class/net/{dev}").exists() and _ip("link", "show", dev,
-                                                           check=False).returncode == 0
+def device_ready(dev: str) -> bool:
+    """Whether ``dev`` exists, is up, and has an IPv4 address.
+
+    A tool creates its tun device before it configures it (iodine opens it
+    before its DNS login; wireguard-go before ``wg`` and ``ip addr``), and a
+    route via the tunnel's far end is refused until the address is there.
+    """
+    try:
+        flags = int(Path(f"/sys/class/net/{dev}/flags").read_text(), 16)
+    except (OSError, ValueError):
+        return False
+    if not flags & 0x1:  # IFF_UP
+        return False
+    shown = _ip("-4", "-o", "addr", "show", "dev", dev, check=False)
+    return shown.returncode == 0 and " inet " in shown.stdout
 
 
 def wait_for_device(dev: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _device_up(dev):
+        if device_ready(dev):
             return True
         time.sleep(0.1)
     return False
@@ -108,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if not wait_for_device(args.dev, args.timeout):
-        print(f"tunroute: no device {args.dev} after {args.timeout:g} s", file=sys.stderr)
+        print(f"tunroute: {args.dev} not up with an address after {args.timeout:g} s",
+              file=sys.stderr)
         return 1
     old_forward = None
     try:

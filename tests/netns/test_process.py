@@ -1,0 +1,64 @@
+"""A stopped LabProcess leaves nothing of its group behind, even when its leader
+died first (a shell under ``set -e`` whose background daemon lives on)."""
+
+import os
+import time
+
+import pytest
+
+from netns.process import LabProcess, live_group_members
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
+
+
+@pytest.fixture
+def one_node_lab():
+    from netns.lab import Lab
+    from netns.topology import Topology
+
+    t = Topology()
+    t.add_node("solo", "s")
+    t.add_node("peer", "p")
+    t.add_link("solo", "peer")
+    with Lab(t) as lab:
+        yield lab
+
+
+def _wait_members(pgid: int, want: int, timeout: float = 3.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (members := live_group_members(pgid)) and len(members) != want:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    return members
+
+
+def test_an_orphaned_background_child_is_stopped_with_its_dead_leader(one_node_lab, tmp_path):
+    p = LabProcess(one_node_lab.ns("solo"), ["sh", "-c", "sleep 60 & exit 3"], "orphan",
+                   tmp_path / "orphan.log").start()
+    assert _wait_members(p.pid, 1) != []          # the sleep outlived its shell
+    assert p.proc.wait(3) == 3
+    assert p.stop() == 3
+    assert live_group_members(p.pid) == []
+
+
+def test_a_running_group_is_stopped_whole(one_node_lab, tmp_path):
+    p = LabProcess(one_node_lab.ns("solo"), ["sh", "-c", "sleep 60 & sleep 60 & wait"],
+                   "group", tmp_path / "group.log").start()
+    assert len(_wait_members(p.pid, 3)) == 3       # the shell and its two sleeps
+    p.stop()
+    assert live_group_members(p.pid) == []
+
+
+def test_a_child_that_ignores_sigterm_is_killed(one_node_lab, tmp_path):
+    p = LabProcess(one_node_lab.ns("solo"),
+                   ["sh", "-c", "(trap '' TERM; sleep 60) & exit 0"],
+                   "stubborn", tmp_path / "stubborn.log").start()
+    assert _wait_members(p.pid, 1) != []
+    p.stop(timeout=0.3)
+    assert live_group_members(p.pid) == []
+
+
+def test_zombies_do_not_count_as_members():
+    assert live_group_members(os.getpgrp()) != []          # this test's own group
+    assert live_group_members(2**22 + 12345) == []        # no such group
