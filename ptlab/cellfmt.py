@@ -10,8 +10,8 @@ from .results import Row
 
 
 def status(row: Row) -> str:
-    """"reachable 3/3", "blocked 1/3", "ERROR"."""
-    if row.status == "ERROR" or row.repetitions_ok is None:
+    """"reachable 3/3", "blocked 1/3", "ERROR", "skipped"."""
+    if row.status in ("ERROR", "skipped") or row.repetitions_ok is None:
         return row.status
     return f"{row.status} {row.repetitions_ok}/{row.repetitions}"
 
@@ -83,8 +83,8 @@ def summary(row: Row) -> str:
     e.g. "reachable 3/3, transport undetected, collateral binary 1/1" or
     "blocked 0/3, by fet at the first data packet (residual)".
     """
-    if row.status == "ERROR":
-        return f"ERROR: {row.error}"
+    if row.status in ("ERROR", "skipped"):
+        return f"{row.status}: {row.error}"
     parts = [status(row)]
     if row.detector is None:
         parts.append("transport undetected")

@@ -54,6 +54,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             prov["transports"] = {t: plugins.get(t).description for t in spec.transports}
             prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
             prov["censors"] = censor_columns(spec)
+            prov["tools"] = tool_builds(spec)
             done: list = []
 
             def on_row(row) -> None:
@@ -78,6 +79,22 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
               for r in rows if r.expectation_met is False]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
                    runner.integrity_failures)
+
+
+def tool_builds(spec: Spec) -> dict[str, dict[str, Any]]:
+    """Each tool the rows name as {tool.NAME}: its path, where it was found, its
+    version line, revision, build tags and SHA-256 (ptlab/tools.py), or why it
+    could not be found."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in spec.transports:
+        plugin = plugins.get(t)
+        for name in plugin.tools():
+            if name not in out:
+                try:
+                    out[name] = plugin.resolve_tool(name).provenance()
+                except OSError as exc:
+                    out[name] = {"error": str(exc)}
+    return out
 
 
 def censor_columns(spec: Spec) -> dict[str, dict[str, Any]]:

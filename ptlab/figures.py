@@ -27,8 +27,9 @@ from matplotlib.figure import Figure
 from .results import Row
 
 #: Okabe–Ito: blue (reachable), vermillion (blocked), grey (ERROR).
-STATUS_COLOURS = {"reachable": "#0072B2", "blocked": "#D55E00", "ERROR": "#999999"}
-_STATUS_RANK = {"reachable": 0, "blocked": 1, "ERROR": 2}
+STATUS_COLOURS = {"reachable": "#0072B2", "blocked": "#D55E00", "ERROR": "#999999",
+                  "skipped": "#E6E6E6"}
+_STATUS_RANK = {"reachable": 0, "blocked": 1, "ERROR": 2, "skipped": 3}
 #: Below this many repetitions, draw the points themselves.
 POINTS_BELOW = 5
 BASELINE = "none"
@@ -124,23 +125,23 @@ def relative_goodput(rows: Sequence[Row]) -> Figure | None:
 def status_grid(rows: Sequence[Row]) -> Figure:
     """Transports × censors, each cell coloured by status and labelled k/n."""
     transports, censors = _columns(rows)
-    grid = [[3] * len(censors) for _ in transports]
+    blank = len(_STATUS_RANK)  # a cell with no row
+    grid = [[blank] * len(censors) for _ in transports]
     labels = [["no run"] * len(censors) for _ in transports]
     for r in rows:
         i, j = transports.index(r.transport), censors.index(r.censor)
         grid[i][j] = _STATUS_RANK[r.status]
         k = f"\n{r.repetitions_ok}/{r.repetitions}" if r.repetitions_ok is not None else ""
         labels[i][j] = r.status + k
-    cmap = ListedColormap([STATUS_COLOURS["reachable"], STATUS_COLOURS["blocked"],
-                           STATUS_COLOURS["ERROR"], "#ffffff"])
+    cmap = ListedColormap([STATUS_COLOURS[s] for s in _STATUS_RANK] + ["#ffffff"])
     fig = Figure(figsize=(max(4.0, 1.5 * len(censors) + 2),
                           max(2.5, 0.6 * len(transports) + 1.5)), layout="constrained")
     ax = fig.add_subplot()
-    ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=3.5, aspect="auto")
+    ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=blank + 0.5, aspect="auto")
     for i in range(len(transports)):
         for j in range(len(censors)):
             ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=8,
-                    color="#000" if grid[i][j] == 3 else "#fff")
+                    color="#000" if grid[i][j] >= _STATUS_RANK["skipped"] else "#fff")
     ax.set_xticks(range(len(censors)), [_mpl(c) for c in censors], rotation=30, ha="right",
                   fontsize=8)
     ax.set_yticks(range(len(transports)), [_mpl(t) for t in transports], fontsize=8)

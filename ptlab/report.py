@@ -42,6 +42,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .status-reachable { background: #0072B2; }
 .status-blocked { background: #D55E00; }
 .status-ERROR { background: #999999; }
+.status-skipped { background: #E6E6E6; color: #000; }
 .met-yes { color: #0072B2; } .met-no { color: #D55E00; font-weight: bold; }
 .warn { background: #fff4d6; border-left: 4px solid #E69F00; padding: 0.5em 1em; }
 code, pre { font-size: 0.85em; }
@@ -173,6 +174,9 @@ def _provenance_html(prov: dict[str, Any]) -> str:
         section = prov.get(key) or {}
         body = _kv_rows(section) if section else "<tr><td>none recorded</td></tr>"
         parts.append(f"<h3>{escape(title)}</h3><table>{body}</table>")
+    # Tools the rows name as {tool.NAME}: which build ran (ptlab/tools.py).
+    for name, build in sorted((prov.get("tools") or {}).items()):
+        parts.append(f"<h3>Tool {escape(name)}</h3><table>{_kv_rows(build)}</table>")
     return "\n".join(parts)
 
 

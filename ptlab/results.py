@@ -28,14 +28,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
-#: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults.
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+#: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults;
+#: 3 adds the status "skipped".
+READABLE_SCHEMAS = (1, 2, 3)
 
 RESULTS_JSON = "results.json"
 RESULTS_CSV = "results.csv"
 
-STATUSES = ("reachable", "blocked", "ERROR")
+#: "skipped": the row cannot run with the tools found (a build tag it needs is
+#: missing); its error field gives the reason, and no cell of it ran.
+STATUSES = ("reachable", "blocked", "ERROR", "skipped")
 EXPECTATIONS = ("reachable", "blocked")
 
 #: Peer binaries whose versions provenance records by default.
@@ -52,8 +55,8 @@ class Row:
 
     transport: str
     censor: str
-    status: str  # "reachable" | "blocked" | "ERROR"
-    error: str | None = None
+    status: str  # "reachable" | "blocked" | "ERROR" | "skipped"
+    error: str | None = None  # ERROR's cause, or why the row was skipped
     repetitions: int = 0  # n: bulk repetitions planned (and run, unless bootstrap failed)
     repetitions_ok: int | None = None  # k: how many got through, byte-exact
     reachability_ci95: tuple[float, float] | None = None  # Wilson interval of k/n

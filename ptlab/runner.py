@@ -147,7 +147,14 @@ class LabRunner:
 
     def run_cell(self, transport: str, censor: str,
                  overrides: dict[str, Any] | None = None) -> Row:
-        """Run one cell; `censor` is a column of the spec (or a profile name)."""
+        """Run one cell; `censor` is a column of the spec (or a profile name).
+
+        A row that cannot run with the tools found (a build tag it needs is
+        missing) is not run: the cell is "skipped", with the plugin's reason.
+        """
+        reason = plugins.get(transport).skip_reason()
+        if reason:
+            return Row(transport, censor, "skipped", error=reason, rtt_ms=self.rtt_ms)
         if censor in self.spec.censors:
             profile_name, spec_over = self.spec.censor_profile(censor)
         else:

@@ -207,7 +207,8 @@ def apply_expectations(row: Row, expects: Iterable[Expectation]) -> Row:
     for e in expects:
         if (e.transport, e.censor) == (row.transport, row.censor):
             row.expectation = e.status
-            row.expectation_met = row.status == e.status
+            # A skipped row ran nothing: its expectation is neither met nor failed.
+            row.expectation_met = None if row.status == "skipped" else row.status == e.status
     return row
 
 

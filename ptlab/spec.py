@@ -66,6 +66,7 @@ class Spec:
     censors: dict[str, dict[str, Any]] = field(default_factory=dict)
     workloads: Workloads = field(default_factory=Workloads)
     expect: list[Expectation] = field(default_factory=list)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # [tools.NAME]
     raw: dict[str, Any] = field(default_factory=dict)
     # Things that are allowed but probably not meant, shown before a run.
     warnings: list[str] = field(default_factory=list)
@@ -79,14 +80,15 @@ class Spec:
         return opts.pop("profile", censor), opts
 
 
-def _external_row(name: str, options: dict[str, Any]) -> None:
+def _external_row(name: str, options: dict[str, Any],
+                  tool_settings: dict[str, dict[str, Any]]) -> None:
     """A row the spec declares by command lines: checked now (a bad template fails
     at load, with its key path) and registered as the plugin of that name."""
     from .plugins import register
     from .plugins.external import ExternalPlugin, TemplateError
 
     try:
-        register(name, ExternalPlugin(name, options))
+        register(name, ExternalPlugin(name, options, tool_settings))
     except TemplateError as exc:
         raise SpecError(str(exc)) from None
 
@@ -134,7 +136,7 @@ def parse_spec(data: dict[str, Any], path: Path | None = None,
 def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] | None,
            known_profiles: list[str] | None) -> Spec:
     _check(data, "", {"experiment": dict, "topology": dict, "transports": dict,
-                      "censors": dict, "workloads": dict, "expect": list})
+                      "censors": dict, "workloads": dict, "expect": list, "tools": dict})
     exp = _check(data.get("experiment", {}), "experiment", {
         "name": str, "description": str, "seed": int, "repetitions": int, "budget_s": NUM})
     spec = Spec(path=path, name=exp.get("name", path.stem if path else "experiment"), raw=data)
@@ -161,12 +163,19 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
         if getattr(spec.topology, k) < 0:
             raise SpecError(f"topology.{k}: must not be negative")
 
+    # [tools.NAME]: where a tool that rows name as {tool.NAME} is (ptlab/tools.py).
+    for name, opts in data.get("tools", {}).items():
+        _check(opts, f"tools.{name}", {"path": str, "version_args": list})
+        if not all(isinstance(a, str) for a in opts.get("version_args", [])):
+            raise SpecError(f"tools.{name}.version_args: expected a list of strings")
+    spec.tools = data.get("tools", {})
+
     transports = data.get("transports", {})
     if not transports:
         raise SpecError("transports: at least one transport is needed")
     for name, opts in transports.items():
         if isinstance(opts, dict) and opts.get("kind") == "external":
-            _external_row(name, opts)
+            _external_row(name, opts, spec.tools)
             continue
         if known_transports is not None and name not in known_transports:
             raise SpecError(f"transports.{name}: unknown transport"

@@ -21,7 +21,8 @@ from rich.text import Text
 from ptlab import cellfmt
 from ptlab.results import Results, Row
 
-STATUS_STYLES = {"reachable": "bold green", "blocked": "bold red", "ERROR": "bold white on grey39"}
+STATUS_STYLES = {"reachable": "bold green", "blocked": "bold red", "ERROR": "bold white on grey39",
+                 "skipped": "yellow"}
 
 
 def _expectation(row: Row) -> Text:
@@ -62,12 +63,17 @@ def results_table(results: Results) -> Table:
 
 
 def print_results(results: Results, console: Console | None = None) -> None:
-    """Print the results table, plus the error line of each ERROR cell."""
+    """Print the results table, plus the error line of each ERROR cell and the
+    reason of each skipped row (once per row)."""
     console = console if console is not None else Console()
     console.print(results_table(results))
+    skipped: set[str] = set()
     for r in results.rows:
         if r.status == "ERROR" and r.error:
             console.print(Text(f"ERROR {r.transport} × {r.censor}: {r.error}", style="grey50"))
+        elif r.status == "skipped" and r.transport not in skipped:
+            skipped.add(r.transport)
+            console.print(Text(f"skipped {r.transport}: {r.error}", style="yellow"))
 
 
 def progress(console: Console | None = None) -> Progress:

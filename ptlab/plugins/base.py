@@ -124,6 +124,19 @@ class LabPlugin:
         """Real-peer binaries this plugin runs (their versions go into provenance)."""
         return []
 
+    def tools(self) -> list[str]:
+        """Tools found through :mod:`ptlab.tools` (provenance records each build)."""
+        return []
+
+    def resolve_tool(self, name: str) -> Any:
+        """The :class:`ptlab.tools.Tool` this row runs as ``name``."""
+        raise KeyError(name)
+
+    def skip_reason(self) -> str | None:
+        """Why this row cannot run here at all (every cell of it is then reported
+        as skipped, with this reason), or None."""
+        return None
+
     def notes(self, ctx: CellContext) -> list[str]:
         """What the cell's row should say about this transport once it has run
         (read from its processes' logs), e.g. tor's bootstrap."""

@@ -30,6 +30,8 @@ an ERROR that names it (docs/lab/transports.md §7).
 
 from __future__ import annotations
 
+import base64
+import re
 import secrets
 import shlex
 import shutil
@@ -39,6 +41,7 @@ from typing import Any
 from netns.errors import LabError
 from ptcommon.suggest import did_you_mean
 
+from .. import tools as toolbox
 from ..flowroles import BENIGN_PORTS
 from ..labservices import TUNNEL_ZONE
 from .base import CellContext, Endpoint, LabPlugin, Service
@@ -51,11 +54,15 @@ MODES = ("socks", "tunnel")
 # host's /run/wireguard/, which every namespace and every lab shares.
 TUN_SUBNET, TUN_SERVER, TUN_CLIENT = "198.19.253.0/30", "198.19.253.1", "198.19.253.2"
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
-        "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s"}
+        "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s", "needs_tags"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
                 "state", "target_host", "target_port", "lab_ca", "tun_dev", "tun_server",
+                "secret_b64",
                 "dns_host", "tunnel_domain",
                 "tun_client"}
+# {tool.NAME}: the path of a tool found by ptlab.tools (the spec, the environment,
+# a package that ships it, PATH).
+TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class TemplateError(ValueError):
@@ -76,14 +83,16 @@ def check_template(template: Any, where: str, configs: set[str]) -> None:
         raise TemplateError(f"{where}: expected a non-empty string")
     known = PLACEHOLDERS | {f"config.{c}" for c in configs}
     for name in placeholders(template, where):
+        if name.startswith("tool.") and TOOL_NAME.fullmatch(name[5:]):
+            continue
         if name not in known:
             raise TemplateError(f"{where}: unknown placeholder {{{name}}}"
                                 f"{did_you_mean(name, known)} "
                                 f"(known: {', '.join('{' + k + '}' for k in sorted(known))})")
 
 
-class _Config:
-    """``{config.NAME}``: str.format reads NAME as an attribute."""
+class _Names:
+    """``{config.NAME}``, ``{tool.NAME}``: str.format reads NAME as an attribute."""
 
     def __init__(self, paths: dict[str, str]) -> None:
         self.__dict__.update(paths)
@@ -94,9 +103,12 @@ class ExternalPlugin(LabPlugin):
 
     vm_ready = True  # it uses only the client and bridge roles
 
-    def __init__(self, name: str, options: dict[str, Any]) -> None:
+    def __init__(self, name: str, options: dict[str, Any],
+                 tool_settings: dict[str, dict[str, Any]] | None = None) -> None:
         self.name = name
         self.options = options
+        # The spec's [tools.NAME] tables (path, version_args), for ptlab.tools.
+        self.tool_settings = tool_settings or {}
         self.check_options(options)
         # A slow tool (a DNS tunnel probing its fragment sizes) may ask for more time
         # for its first request than the spec's bootstrap_timeout_s gives.
@@ -136,6 +148,16 @@ class ExternalPlugin(LabPlugin):
         binaries = options.get("binaries", [])
         if not isinstance(binaries, list) or not all(isinstance(b, str) for b in binaries):
             raise TemplateError(f"{where}.binaries: expected a list of program names")
+        needs = options.get("needs_tags", {})
+        if not isinstance(needs, dict) or not all(
+                isinstance(v, list) and all(isinstance(t, str) for t in v)
+                for v in needs.values()):
+            raise TemplateError(f"{where}.needs_tags: expected a table of TOOL = [build tags]")
+        used = self._tools_in(options)
+        for tool in needs:
+            if tool not in used:
+                raise TemplateError(f"{where}.needs_tags.{tool}: no template names "
+                                    f"{{tool.{tool}}}")
         for role in ("server_ready", "client_ready"):
             if role in options and not isinstance(options[role], str):
                 raise TemplateError(f"{where}.{role}: expected a regular expression")
@@ -146,6 +168,38 @@ class ExternalPlugin(LabPlugin):
 
     def peer_binaries(self) -> list[str]:
         return list(self.options.get("binaries", []))
+
+    @staticmethod
+    def _tools_in(options: dict[str, Any]) -> list[str]:
+        texts = [options.get("server", ""), options.get("client", ""),
+                 *options.get("configs", {}).values()]
+        names = {f[5:] for x in texts if isinstance(x, str) and x
+                 for f in placeholders(x, "tools") if f.startswith("tool.")}
+        return sorted(names)
+
+    def tools(self) -> list[str]:
+        """The tools the templates name as ``{tool.NAME}``."""
+        return self._tools_in(self.options)
+
+    def resolve_tool(self, name: str) -> toolbox.Tool:
+        settings = self.tool_settings.get(name, {})
+        return toolbox.resolve(name, settings.get("path"), settings.get("version_args"))
+
+    def skip_reason(self) -> str | None:
+        """Why this row cannot run with the tools found: a build tag it needs is
+        missing (REALITY needs sing-box's ``with_utls``). A tool not found at all
+        is an ERROR, as a missing binary is, not a skip."""
+        for name, needed in sorted(self.options.get("needs_tags", {}).items()):
+            try:
+                tool = self.resolve_tool(name)
+            except toolbox.ToolError:
+                return None  # the cell's ERROR says where it was looked for
+            missing = tool.missing_tags(needed)
+            if missing:
+                has = ", ".join(tool.tags) if tool.tags else "reports no build tags"
+                return (f"needs {name} built with {', '.join(missing)}; {tool.path} "
+                        f"({tool.version}, from {tool.source}) has: {has}")
+        return None
 
     # --- one cell ------------------------------------------------------------------
 
@@ -166,6 +220,9 @@ class ExternalPlugin(LabPlugin):
             "secret": (secret := secret_file.read_text().strip()), "state": str(state),
             # The secret as a UUID, for tools whose users are UUIDs (VMess, VLESS).
             "uuid": f"{secret[:8]}-{secret[8:12]}-{secret[12:16]}-{secret[16:20]}-{secret[20:32]}",
+            # The secret's 16 bytes in base64: Shadowsocks-2022's keys are exactly the
+            # cipher's key size, given as base64 (SIP022).
+            "secret_b64": base64.b64encode(bytes.fromhex(secret)).decode(),
             "target_host": ctx.upstream[0], "target_port": str(ctx.upstream[1]),
             "lab_ca": str(ctx.lab_ca or ""),
             "tun_dev": self.tun_device(ctx, role), "tun_server": TUN_SERVER,
@@ -176,7 +233,8 @@ class ExternalPlugin(LabPlugin):
         # Each side renders its own copy ({tun_dev} differs by side), and every path is
         # known before any file is written, so configs may name each other in any order.
         configs = self.options.get("configs", {})
-        values["config"] = _Config({name: str(state / f"{role}-{name}") for name in configs})
+        values["config"] = _Names({name: str(state / f"{role}-{name}") for name in configs})
+        values["tool"] = _Names({name: self.resolve_tool(name).path for name in self.tools()})
         for name, text in configs.items():
             (state / f"{role}-{name}").write_text(text.format(**values))
         return values

@@ -9,7 +9,7 @@ import pytest
 
 from ptlab.report import main, render_report
 from ptlab.results import Results, write_results
-from tests.support.rows import blocked_row, error_row, reachable_row, results_of
+from tests.support.rows import blocked_row, error_row, reachable_row, results_of, skipped_row
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -23,6 +23,7 @@ def make_results(latency: bool = True) -> Results:
                                                      "https": {"ok": 3, "blocked": 0}}),
         error_row(transport="meek<script>", error="baseline failed: <bridge> not ready",
                   rtt_ms=20.0),
+        skipped_row(),
     ]
     return results_of(rows, spec={}, provenance={
         "git_sha": SHA,
@@ -31,6 +32,8 @@ def make_results(latency: bool = True) -> Results:
         "peers": {"obfs4proxy": "obfs4proxy-0.0.14", "tor": "not installed"},
         "seeds": {"run": 7},
         "profiles": {"censor_sim/profiles/gfw.toml": "ab" * 32},
+        "tools": {"sing-box": {"version": "sing-box version 1.14.4", "revision": "c005f353",
+                               "tags": ["with_quic"], "sha256": "cd" * 32}},
     })
 
 
@@ -52,6 +55,8 @@ def test_report_contents(tmp_path: Path) -> None:
     assert "42.0 [40.0, 44.0] n=3" in html  # goodput with CI and n
     assert "fet → rst" in html
     assert 'class="status status-blocked"' in html
+    assert 'class="status status-skipped"' in html and "with_utls" in html
+    assert "Tool sing-box" in html and "c005f353" in html and "cd" * 32 in html
     assert _figures(html) == ["status", "goodput", "latency"]
     for name in ("status", "goodput", "latency"):
         assert (tmp_path / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")

@@ -20,7 +20,7 @@ from ptlab.results import (
     provenance,
     write_results,
 )
-from tests.support.rows import blocked_row, error_row, reachable_row, results_of
+from tests.support.rows import blocked_row, error_row, reachable_row, results_of, skipped_row
 
 
 def sample_results() -> Results:
@@ -76,7 +76,7 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_json_layout(tmp_path: Path) -> None:
     write_results(sample_results(), tmp_path)
     text = (tmp_path / "results.json").read_text()
-    assert text.startswith('{\n  "schema_version": 2,')
+    assert text.startswith('{\n  "schema_version": 3,')
     data = json.loads(text)
     assert data["rows"][0]["goodput_ci95"] == [40.0, 44.0]
     assert data["provenance"]["git_sha"] == "abc123"
@@ -93,7 +93,7 @@ def test_csv_is_long_one_line_per_repetition(tmp_path: Path) -> None:
         ("obfs4", "none", "1"), ("obfs4", "none", "2"), ("obfs4", "none", "3"),
         ("obfs4", "gfw", ""), ("meek", "none", "")]
     first = records[0]
-    assert first["schema_version"] == "2" and first["git_sha"] == "abc123"
+    assert first["schema_version"] == "3" and first["git_sha"] == "abc123"
     assert first["goodput_mbit_s"] == "41.0" and first["repetition_ok"] == "true"
     assert first["cell_goodput_ci95_lo_mbit_s"] == "40.0"
     assert first["expectation_met"] == "true" and first["latency_samples_n"] == "3"
@@ -122,7 +122,7 @@ def test_write_refuses_nan(tmp_path: Path) -> None:
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("version", [None, 0, 3, "1"])
+@pytest.mark.parametrize("version", [None, 0, 4, "1"])
 def test_bad_schema_version_raises(tmp_path: Path, version: object) -> None:
     write_results(sample_results(), tmp_path)
     path = tmp_path / "results.json"
@@ -144,8 +144,25 @@ def test_invalid_json_raises_value_error(tmp_path: Path) -> None:
 
 
 def test_schema_version_constant() -> None:
-    assert SCHEMA_VERSION == 2
-    assert Results(started="a", finished="b", spec_path="s").schema_version == 2
+    assert SCHEMA_VERSION == 3
+    assert Results(started="a", finished="b", spec_path="s").schema_version == 3
+
+
+def test_a_skipped_row_round_trips_with_its_reason(tmp_path: Path) -> None:
+    write_results(results_of([skipped_row()]), tmp_path)
+    back = load_results(tmp_path).rows[0]
+    assert back.status == "skipped" and back.error == "needs sing-box built with with_utls"
+    assert back.expectation_met is None
+    assert "skipped" in (tmp_path / "results.csv").read_text()
+
+
+def test_a_version_2_file_still_loads(tmp_path: Path) -> None:
+    write_results(sample_results(), tmp_path)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 2
+    path.write_text(json.dumps(data))
+    assert load_results(tmp_path).schema_version == 2
 
 
 def test_a_version_1_file_still_loads(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from rich.progress import MofNCompleteColumn, Progress
 
 from ptlab.results import Results
 from ptlab.terminal import print_results, progress, results_table
-from tests.support.rows import blocked_row, error_row, reachable_row
+from tests.support.rows import blocked_row, error_row, reachable_row, skipped_row
 
 
 def make_results() -> Results:
@@ -19,7 +19,7 @@ def make_results() -> Results:
                                        "https": {"ok": 7, "blocked": 0}},
                         repetitions=3, repetitions_ok=0, action="residual",
                         detection_data_packet=1),
-            error_row()]
+            error_row(), skipped_row(), skipped_row(censor="gfw")]
     return Results(started="a", finished="b", spec_path="x.toml", rows=rows)
 
 
@@ -42,6 +42,8 @@ def test_table_text() -> None:
     assert "gfw[bold]" in text  # names are not parsed as markup
     assert "RTT 20 ms" in text
     assert "ERROR meek × none: bridge not ready" in text
+    # A skipped row's reason, once for the row however many censors it has.
+    assert text.count("skipped sb-vless-reality: needs sing-box built with with_utls") == 1
 
 
 def test_table_colours_status() -> None:
@@ -61,7 +63,7 @@ def test_record_console_export() -> None:
 
 def test_table_row_count() -> None:
     table = results_table(make_results())
-    assert table.row_count == 3
+    assert table.row_count == 5
     assert len(table.columns) == 8
 
 

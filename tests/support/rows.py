@@ -36,6 +36,14 @@ def error_row(**fields: Any) -> Row:
     return Row(**(base | fields))
 
 
+def skipped_row(**fields: Any) -> Row:
+    """A row the tools found here cannot run (a build tag is missing)."""
+    base: dict[str, Any] = dict(transport="sb-vless-reality", censor="none", status="skipped",
+                                error="needs sing-box built with with_utls",
+                                expectation="reachable")
+    return Row(**(base | fields))
+
+
 def results_of(rows: list[Row], **fields: Any) -> Results:
     """A run holding ``rows``, with plausible times and spec path."""
     base: dict[str, Any] = dict(started="2024-01-01T00:00:00+00:00",

@@ -4,12 +4,10 @@ real tool (Debian's shadowsocks-libev) run from command lines alone."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from ptlab.flowroles import BENIGN_PORTS
 from ptlab.plugins.base import CellContext
 from ptlab.plugins.external import ExternalPlugin
 from ptlab.spec import SpecError, parse_spec
+from tests.support.extrows import curated, run_row
 
 SS = {"kind": "external", "mode": "socks",
       "server": "ss-server -s {server_host} -p {server_port} -k {secret} "
@@ -168,28 +167,8 @@ def test_extlaunch_ready_event(tmp_path: Path):
     assert events == ["ready", "exited"] and out.returncode == 0
 
 
-PROXIES = Path(__file__).resolve().parents[3] / "experiments" / "proxies.toml"
 FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probability": 1.0}]},
        "actions": {"residual": {"seconds": [20]}}}
-
-
-def run_row(lab, name: str, options: dict, censor: str = "none",
-            overrides: dict | None = None, **workloads):
-    """Run external row ``name`` (its ``options`` a [transports.X] table) in the shared
-    lab; skipped, with the reason, when one of its tools is not installed."""
-    parse_spec({"transports": {name: options}, "censors": {"none": {}}})  # registers it
-    if missing := [b for b in plugins.get(name).peer_binaries() if shutil.which(b) is None]:
-        pytest.skip(f"{', '.join(missing)} not installed (scripts/setup installs them)")
-    lab.spec.transports[name] = options
-    try:
-        return lab.run_cell(name, censor, overrides, **workloads)
-    finally:
-        lab.spec.transports.pop(name)
-
-
-def curated(name: str) -> dict:
-    """Row ``name``'s table in experiments/proxies.toml."""
-    return tomllib.loads(PROXIES.read_text())["transports"][name]
 
 
 @pytest.mark.lab

