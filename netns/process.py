@@ -118,6 +118,10 @@ class LabProcess:
                 pass
         return self.proc.poll()
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the process and its group have used so far (None if not started)."""
+        return group_cpu_seconds(self.proc.pid) if self.proc else None
+
     def _group_gone(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for every live member of the group to exit."""
         assert self.proc is not None
@@ -131,13 +135,10 @@ class LabProcess:
             time.sleep(0.02)
 
 
-def live_group_members(pgid: int) -> list[int]:
-    """The PIDs in process group ``pgid`` that are not zombies.
-
-    Orphans are reaped by PID 1, which may take a second or more; a zombie holds
-    no descriptor or device any more, so it does not count.
-    """
-    members = []
+def _group_stats(pgid: int) -> dict[int, list[bytes]]:
+    """Each live (not zombie) member of process group ``pgid``: its /proc stat
+    fields from the state on (state, ppid, pgrp, ..., utime is index 11)."""
+    members = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -148,6 +149,25 @@ def live_group_members(pgid: int) -> list[int]:
             continue
         # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
         fields = stat[stat.rindex(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry.name))
+        if len(fields) > 14 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members[int(entry.name)] = fields
     return members
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """The PIDs in process group ``pgid`` that are not zombies.
+
+    Orphans are reaped by PID 1, which may take a second or more; a zombie holds
+    no descriptor or device any more, so it does not count.
+    """
+    return sorted(_group_stats(pgid))
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User and system CPU seconds of the group's live members, with the children
+    each has reaped (a launcher's tool, once it exits, counts in its parent)."""
+    return sum(int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+               for f in _group_stats(pgid).values()) / _TICK

@@ -92,6 +92,9 @@ class Row:
     collateral: float | None = None  # share of benign flows blocked, 0..1
     benign_detail: dict[str, dict[str, int]] = field(default_factory=dict)
     censor_cpu_per_flow_ms: float | None = None
+    # CPU seconds the transport's own processes used while the workloads ran, by
+    # side ("client", "server": what plugin.clients() and servers() started).
+    cpu_s: dict[str, float] = field(default_factory=dict)
     censor_counters: dict[str, int] = field(default_factory=dict)
     rtt_ms: float | None = None
     expectation: str | None = None  # "reachable" | "blocked", declared by the spec

@@ -44,6 +44,12 @@ from .workloads.cell import CellPlan
 __all__ = ["BASELINE", "CellRun", "LabRunner"]
 
 
+def _cpu(procs: list) -> float | None:
+    """The processes' CPU seconds so far, summed; None where it is not measured."""
+    seconds = [p.cpu_seconds() for p in procs]
+    return None if any(s is None for s in seconds) else sum(seconds)
+
+
 class LabRunner:
     """Runs a spec's cells on a backend (by default, the namespace lab on this
     machine). Use as a context manager, or start()/stop()."""
@@ -203,15 +209,21 @@ class LabRunner:
                 row.notes.append("policing cell: hosts sent wire-sized packets (gso_max_segs 1)")
             servers = plugin.servers(ctx)  # may write state files into the cell directory
             b.share(cell_dir)
+            sides: dict[str, list] = {"server": [], "client": []}
             for svc in servers:
-                b.start_process(run, svc, cell_dir)
+                sides["server"].append(b.start_process(run, svc, cell_dir))
             t_client = time.time()
             for svc in plugin.clients(ctx):
-                b.start_process(run, svc, cell_dir)
+                sides["client"].append(b.start_process(run, svc, cell_dir))
             b.gather(cell_dir)  # what the processes wrote: bridge lines, SOCKS ports
             endpoint = self._inner_tls(plugin.endpoint(ctx), ctx, row)
             plan = self._plan(transport, baseline_only)
+            cpu_before = {side: _cpu(procs) for side, procs in sides.items()}
             measurement = asyncio.run(b.measure(endpoint, plan, cell_dir))
+            row.cpu_s = {side: round(after - cpu_before[side], 3)
+                         for side, procs in sides.items()
+                         if (after := _cpu(procs)) is not None
+                         and cpu_before[side] is not None}
             run.markers += workload_markers(name, measurement)
             self._score_measurement(row, measurement, plan)
             row.notes += plugin.notes(ctx)

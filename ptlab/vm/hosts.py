@@ -178,6 +178,11 @@ class SshProcess:
         rx = re.compile(pattern)
         self.wait_for(lambda text: bool(rx.search(text)), timeout, f"ready (/{pattern}/)")
 
+    def cpu_seconds(self) -> float | None:
+        """Not measured on the machines: their CPU is emulated, and the figure would
+        measure the emulator (ptlab vm compares status and detections, not cost)."""
+        return None
+
     def stop(self, timeout: float = 3.0) -> int | None:
         """SIGTERM the process's session, then SIGKILL it. The exit status stays there."""
         group = f"-{self.pid}"

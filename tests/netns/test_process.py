@@ -62,3 +62,20 @@ def test_a_child_that_ignores_sigterm_is_killed(one_node_lab, tmp_path):
 def test_zombies_do_not_count_as_members():
     assert live_group_members(os.getpgrp()) != []          # this test's own group
     assert live_group_members(2**22 + 12345) == []        # no such group
+
+
+def test_cpu_seconds_count_the_whole_group(one_node_lab, tmp_path):
+    """A launcher that idles while its child burns CPU: the child's seconds count."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n" \
+           "time.sleep(30)"
+    p = LabProcess(one_node_lab.ns("solo"),
+                   ["sh", "-c", f"python3 -c '{burn}' & wait"], "burner",
+                   tmp_path / "burner.log").start()
+    try:
+        deadline = time.monotonic() + 10
+        while (p.cpu_seconds() or 0) < 0.35 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.35 <= p.cpu_seconds() < 5
+    finally:
+        p.stop()
+    assert LabProcess("x", ["true"], "unstarted", tmp_path / "u.log").cpu_seconds() is None

@@ -19,7 +19,7 @@ from tests.support.extrows import EXPERIMENTS, curated, run_row
 from tests.support.faketool import fake_tool
 
 SPEC = EXPERIMENTS / "protocols-2026.toml"
-QUIC_ROWS = {"sb-hysteria2", "sb-hysteria2-salamander", "sb-tuic"}
+QUIC_ROWS = {"sb-hysteria2", "sb-hysteria2-salamander", "sb-hysteria2-port-evasion", "sb-tuic"}
 
 
 def rows() -> dict[str, dict]:
@@ -29,7 +29,7 @@ def rows() -> dict[str, dict]:
 def test_every_row_is_an_external_row_that_names_sing_box_and_no_python():
     spec = load_spec(SPEC, known_transports=plugins.available())
     singbox = [t for t in spec.transports if t != "direct"]
-    assert len(singbox) == 11
+    assert len(singbox) == 12
     for name in singbox:
         plugin = plugins.get(name)
         assert isinstance(plugin, ExternalPlugin), name
@@ -95,3 +95,6 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     assert cell.status == "reachable", cell.error
     assert cell.repetitions_ok == cell.repetitions == 1
     assert cell.goodput_mbps and cell.goodput_mbps > 1
+    # The runner's CPU accounting of each side while the workloads ran.
+    assert set(cell.cpu_s) == {"client", "server"}
+    assert 0 < cell.cpu_s["client"] < 30 and 0 < cell.cpu_s["server"] < 30
