@@ -95,6 +95,7 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     assert cell.status == "reachable", cell.error
     assert cell.repetitions_ok == cell.repetitions == 1
     assert cell.goodput_mbps and cell.goodput_mbps > 1
-    # The runner's CPU accounting of each side while the workloads ran.
+    # The runner's CPU accounting of each side while the workloads ran (in clock
+    # ticks: a fast row moving 3 MB may well round to 0; tests/netns checks the sums).
     assert set(cell.cpu_s) == {"client", "server"}
-    assert 0 < cell.cpu_s["client"] < 30 and 0 < cell.cpu_s["server"] < 30
+    assert all(0 <= s < 30 for s in cell.cpu_s.values())
