@@ -166,8 +166,30 @@ def live_group_members(pgid: int) -> list[int]:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _threads_runtime(pid: int) -> float | None:
+    """Seconds on the CPU of the process's live threads, to the nanosecond
+    (schedstat), or None where the kernel does not keep it."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
 def group_cpu_seconds(pgid: int) -> float:
-    """User and system CPU seconds of the group's live members, with the children
-    each has reaped (a launcher's tool, once it exits, counts in its parent)."""
-    return sum(int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-               for f in _group_stats(pgid).values()) / _TICK
+    """CPU seconds of the group's live members, with the children each has reaped
+    (a launcher's tool, once it exits, counts in its parent).
+
+    A member's own time is its threads' runtime in nanoseconds where the kernel
+    keeps it (clock ticks of 10 ms would round a fast transfer away), otherwise
+    its user and system ticks; reaped children are counted in ticks.
+    """
+    total = 0.0
+    for pid, f in _group_stats(pgid).items():
+        own = _threads_runtime(pid)
+        total += (own if own is not None else (int(f[11]) + int(f[12])) / _TICK)
+        total += (int(f[13]) + int(f[14])) / _TICK
+    return total
