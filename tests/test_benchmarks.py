@@ -3,6 +3,7 @@ breaks a benchmark fails here rather than when someone needs the figures."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -88,3 +89,28 @@ def test_hostile_counts_log_lines_that_name_the_attackers(tmp_path):
                    "LOG SEVERITY=info MESSAGE=\"listening on 127.0.0.1:9\"\n")
     server = hostile.Server("x", None, log, "127.0.0.1", 9, {})
     assert server.addresses_logged() == 1
+
+
+@pytest.mark.lab
+def test_cost_prints_every_row_against_direct_clean_and_lossy(capsys, tmp_path):
+    """CI's form of the cost table: one of ours, one Debian tool, one sing-box row
+    and the skipped REALITY row, in the clean lab and at 50 ms RTT with 1 % loss."""
+    cost = load("cost")
+    assert cost.main(["--rows", "obfs4,shadowsocks,sb-ss2022,sb-vless-reality",
+                      "--size", "1000000", "--reps", "1", "--requests", "3",
+                      "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "clean: RTT" in out and "50ms-1%loss: RTT 5" in out  # about 50 ms
+    table = {line.split()[0]: line for line in out.splitlines()
+             if line.split() and line.split()[0] in
+             {"direct", "obfs4", "shadowsocks", "sb-ss2022", "sb-vless-reality"}}
+    assert table["sb-vless-reality"].split()[1] == "skipped/skipped"
+    for row in ("direct", "obfs4", "shadowsocks", "sb-ss2022"):
+        assert table[row].split()[1] == "reachable/reachable", table[row]
+    records = list(csv.DictReader(open(tmp_path / "cost.csv")))
+    assert {r["condition"] for r in records} == {"clean", "50ms-1%loss"}
+    lossy = {r["row"]: r for r in records if r["condition"] == "50ms-1%loss"}
+    assert 45 < float(lossy["direct"]["rtt_ms"]) < 80
+    assert float(lossy["direct"]["goodput_ratio"]) == 1.0
+    assert float(lossy["obfs4"]["client_cpu_s_per_gb"]) > 0  # our Python client costs CPU
+    assert (tmp_path / "cost.png").read_bytes().startswith(b"\x89PNG")
