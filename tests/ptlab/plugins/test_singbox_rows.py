@@ -5,10 +5,18 @@ the bulk byte-exact through the lab."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import socket
+import subprocess
+import tempfile
+import time
 import tomllib
+from pathlib import Path
 
 import pytest
 
+from censor_sim.detectors import quic
 from ptlab import plugins, tools
 from ptlab.plugins.external import ExternalPlugin
 from ptlab.results import Row
@@ -99,3 +107,76 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     # checks the sums; a fast row moving 3 MB uses a few milliseconds).
     assert set(cell.cpu_s) == {"client", "server"}
     assert all(0 <= s < 30 for s in cell.cpu_s.values())
+
+
+def _first_flight(config: dict, udp: socket.socket, socks_port: int) -> list[bytes]:
+    """Run sing-box's client with ``config`` and return the first datagrams its QUIC
+    outbound sends to ``udp`` (nothing answers them)."""
+    udp_dir = Path(tempfile.mkdtemp(prefix="ptl-sb-"))
+    path = udp_dir / "client.json"
+    path.write_text(json.dumps(config))
+    proc = subprocess.Popen([tools.resolve("sing-box").path, "run", "-c", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", socks_port), timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "sing-box's SOCKS port never opened"
+                time.sleep(0.05)
+        with conn:
+            conn.sendall(b"\x05\x01\x00")
+            conn.recv(2)
+            conn.sendall(b"\x05\x01\x00\x01\x7f\x00\x00\x01\x00\x50")  # CONNECT 127.0.0.1:80
+            udp.settimeout(5)
+            out = [udp.recv(65535)]
+            udp.settimeout(0.3)
+            while len(out) < 4:
+                try:
+                    out.append(udp.recv(65535))
+                except TimeoutError:
+                    break
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_singbox_quic_initials_are_what_table_3_variant_8_found_unblocked():
+    """Why sb-hysteria2 and sb-tuic pass gfw-quic-sni: quic-go (sing-box 1.14.4)
+    spreads the ClientHello over two Initials and puts PING and PADDING among the
+    CRYPTO frames. An RFC 9000 reassembly across them finds the blocklisted SNI; the
+    GFW's parser as Zohaib et al. measured it (Table 3, variant 8) finds nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        socks = _free_tcp_port()
+        config = {"log": {"level": "error"},
+                  "inbounds": [{"type": "socks", "listen": "127.0.0.1", "listen_port": socks}],
+                  "outbounds": [{"type": "hysteria2", "server": "127.0.0.1",
+                                 "server_port": udp.getsockname()[1], "password": "x",
+                                 "tls": {"enabled": True, "server_name": "hy2.ptl.example",
+                                         "alpn": ["h3"], "insecure": True}}]}
+        datagrams = _first_flight(config, udp, socks)
+    initials = [i for i in map(quic.parse_initial, datagrams) if i is not None]
+    assert len(initials) >= 2 and all(len(d) >= 1200 for d in datagrams[:2])
+    first = initials[0]
+    # The RFC's view: every CRYPTO frame of the flight, reassembled by offset.
+    flight = dataclasses.replace(first, frames=[f for i in initials if i.dcid == first.dcid
+                                                for f in i.frames])
+    assert flight.sni == "hy2.ptl.example"
+    assert first.sni is None  # no single Initial holds the whole ClientHello
+    # Variant 8: PING (and PADDING) among the CRYPTO frames of one packet.
+    kinds = [t for t, _, _ in first.frames]
+    crypto_at = [i for i, t in enumerate(kinds) if t == quic.CRYPTO]
+    assert any(kinds[i] in (quic.PING, quic.PADDING)
+               for i in range(crypto_at[0] + 1, crypto_at[-1]))
+    # The GFW's parser gives up on every datagram of the flight.
+    assert [quic.gfw2024_sni(d) for d in datagrams] == [None] * len(datagrams)
