@@ -9,7 +9,11 @@ row's flows. The benign mix runs in every cell, so the same run counts the
 censor's false positives on it (benign flows it acted on, of those it saw).
 
 Run: ``.venv/bin/python benchmarks/detection_rate.py --row tor+webtunnel
---censor tls-in-tls-2024 --cells 20 --delay-ms 20``.
+--censor tls-in-tls-2024 --cells 20 --delay-ms 20``. A row declared in an
+experiment file (a bring-your-own-tool row) comes with ``--spec``, and
+``--inner-tls`` carries the workloads' requests over HTTPS inside the tunnel,
+as a browser's are: ``--row sb-vless-vision --spec
+experiments/protocols-2026.toml --inner-tls``.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import argparse
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ptlab.runner import LabRunner  # noqa: E402
-from ptlab.spec import Spec, TopologyOptions, Workloads  # noqa: E402
+from ptlab.spec import Spec, TopologyOptions, Workloads, parse_spec  # noqa: E402
 from ptlab.stats import wilson  # noqa: E402
 
 
@@ -35,13 +40,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay-ms", type=float, default=20.0, help="one-way delay in the core")
     p.add_argument("--size", type=int, default=500_000, help="bytes of the bulk download")
     p.add_argument("--bootstrap-s", type=float, default=60.0)
+    p.add_argument("--spec", type=Path, help="an experiment file that declares --row")
+    p.add_argument("--inner-tls", action="store_true",
+                   help="the workloads' requests go over HTTPS inside the tunnel")
     args = p.parse_args(argv)
+    table: dict = {}
+    if args.spec:
+        data = tomllib.loads(args.spec.read_text())
+        table = data.get("transports", {}).get(args.row)
+        if table is None:
+            p.error(f"{args.spec} declares no row {args.row!r}")
+        # Registers an external row as the plugin of its name (and its [tools]).
+        parse_spec({"transports": {args.row: table}, "censors": {"none": {}},
+                    **({"tools": data["tools"]} if "tools" in data else {})})
     spec = Spec(path=None, name="detection-rate", repetitions=1,
                 topology=TopologyOptions(delay_ms=args.delay_ms),
-                transports={args.row: {}},
+                transports={args.row: table},
                 workloads=Workloads(bulk_size=args.size, latency_count=0, benign=True,
                                     bootstrap_timeout_s=args.bootstrap_s, idle_timeout_s=15.0,
-                                    bulk_timeout_s=120.0))
+                                    bulk_timeout_s=120.0, inner_tls=args.inner_tls))
     out = Path(tempfile.mkdtemp(prefix="ptl-bench-"))
     caught = benign_seen = benign_hit = 0
     statuses: dict[str, int] = {}
