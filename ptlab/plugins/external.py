@@ -14,7 +14,10 @@ real client in the client namespace, from command templates the lab fills in::
 
 Placeholders: ``{server_host}`` ``{server_port}`` (where the server listens),
 ``{socks_host}`` ``{socks_port}`` (the client's SOCKS5 front the workloads use),
-``{secret}`` (random per cell; ``{uuid}`` is the same as a UUID), ``{state}``
+``{secret}`` (random per cell; ``{uuid}`` is the same as a UUID, ``{secret_b64}``
+its 16 bytes in base64), ``{tool.NAME}`` (a tool's path as :mod:`ptlab.tools`
+finds it; ``needs_tags`` skips the row on a build without the tags it needs),
+``{state}``
 (the cell's directory for this row),
 ``{target_host}`` ``{target_port}`` (the web server the workloads fetch from),
 ``{lab_ca}`` (the lab CA's certificate), ``{dns_host}`` (the lab resolver, which
@@ -56,10 +59,8 @@ TUN_SUBNET, TUN_SERVER, TUN_CLIENT = "198.19.253.0/30", "198.19.253.1", "198.19.
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
         "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s", "needs_tags"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
-                "state", "target_host", "target_port", "lab_ca", "tun_dev", "tun_server",
-                "secret_b64",
-                "dns_host", "tunnel_domain",
-                "tun_client"}
+                "secret_b64", "state", "target_host", "target_port", "lab_ca", "tun_dev",
+                "tun_server", "tun_client", "dns_host", "tunnel_domain"}
 # {tool.NAME}: the path of a tool found by ptlab.tools (the spec, the environment,
 # a package that ships it, PATH).
 TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
