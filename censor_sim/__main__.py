@@ -106,6 +106,7 @@ class LiveEffects(Effects):
         emit("probe_verdict", flow=flow, label=label, shadowsocks=reply.get("shadowsocks"),
              openvpn=reply.get("openvpn"), https=reply.get("https"),
              answers_replay=reply.get("answers_replay"),
+             reactions=reply.get("shadowsocks_reactions"),
              escalated=reply.get("escalated"), sources=reply.get("sources", []),
              probes=len(reply.get("results", [])), error=reply.get("error"))
         blocked = set(cfg.get("block_labels", []))

@@ -10,10 +10,11 @@ censor sends one JSON line per suspicious flow::
 The service waits ``delay_s`` (the censor samples it from the published delay
 distribution), runs the suites, and answers one JSON line::
 
-    {"id", "label", "shadowsocks", "answers_replay", "escalated", "sources": [...],
-     "results": [...]}
+    {"id", "label", "shadowsocks", "shadowsocks_reactions", "answers_replay",
+     "escalated", "sources": [...], "results": [...]}
 
 ``shadowsocks`` is the Alice suite's class of the server (:func:`.alice.classify`),
+``shadowsocks_reactions`` its reaction to each probe (R1: D, NR221: T, ...),
 ``openvpn`` the OpenVPN suite's (:func:`.openvpn.investigate`), ``https`` the HTTPS
 front suite's (:func:`.https.classify`: is it only a web server?), ``label`` the
 Frolov suite's.
@@ -69,8 +70,10 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
                            "results": []}
     if "alice" in suites and payload:
         inv = await alice.investigate(host, port, payload, watch_s=watch, sock_factory=factory)
+        cls = alice.classify(inv)
+        # Each probe's one-letter reaction (D, R, F, T, -), as Alice et al. tabulate them.
         out.update(answers_replay=inv.answers_replay, escalated=inv.escalated,
-                   shadowsocks=alice.classify(inv).label)
+                   shadowsocks=cls.label, shadowsocks_reactions=cls.reactions)
         out["results"] += [r.to_json() for r in inv.results]
     if "openvpn" in suites:
         ov = await openvpn.investigate(host, port, watch_s=watch, sock_factory=factory)

@@ -146,3 +146,27 @@ def test_classify_names_any_set_of_reactions(rows):
     label = alice.classify(inv).label
     assert label in {alice.UNREACHABLE, alice.NO_REPLAY_FILTER, alice.TIMEOUT_EVERYWHERE,
                      alice.LIBEV_OLD_AEAD, alice.LIBEV_OLD_STREAM, alice.UNCLASSIFIED}
+
+
+async def test_the_service_reports_each_probes_reaction():
+    """The probe service answers the class and, per probe, the paper's reaction letter,
+    so a report can show a server's reactions as Alice et al. tabulate them."""
+    from censor_sim.prober.service import handle_request
+
+    genuine = random.Random(1).randbytes(300)
+    srv = await asyncio.start_server(ReplayServer(genuine, True).handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", port)  # the real client's session
+        w.write(genuine)
+        assert (await r.read(100))[:1] == b"\x17"
+        w.close()
+        reply = await handle_request({"id": 1, "host": "127.0.0.1", "port": port,
+                                      "first_payload": genuine.hex(), "suites": ["alice"],
+                                      "watch_s": 0.5, "delay_s": 0})
+    finally:
+        srv.close()
+    assert reply["shadowsocks"] == alice.TIMEOUT_EVERYWHERE
+    reactions = reply["shadowsocks_reactions"]
+    assert {"R1", "R2"} <= set(reactions) and set(reactions.values()) == {"T"}
+    assert len(reactions) == len(reply["results"])
