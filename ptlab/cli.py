@@ -109,6 +109,15 @@ def _check_spec(spec) -> int:
           f"= {cells} cells, {spec.repetitions} repetitions each")
     for warning in spec.warnings:
         print(f"warning: {warning}")
+    # Rows the tools found here cannot run: said now, not discovered mid-run.
+    for name in spec.transports:
+        try:
+            reason = plugins.get(name).skip_reason()
+        except OSError as exc:
+            print(f"warning: transports.{name}: {exc}")
+            continue
+        if reason:
+            print(f"skipped: transports.{name}: {reason}")
     return 0
 
 

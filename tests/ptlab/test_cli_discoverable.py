@@ -59,6 +59,15 @@ def test_run_check_validates_without_a_lab(tmp_path):
     assert "did you mean 'gfw-fet-2021'?" in out.stderr
 
 
+def test_run_check_names_the_rows_the_tools_found_cannot_run():
+    ok = ptlab("run", "--check", "experiments/protocols-2026.toml")
+    assert ok.returncode == 0, ok.stderr
+    skipped = [line for line in ok.stdout.splitlines() if line.startswith("skipped: ")]
+    assert len(skipped) == 1, ok.stdout  # the wheel's sing-box lacks only with_utls
+    assert skipped[0].startswith("skipped: transports.sb-vless-reality: needs sing-box "
+                                 "built with with_utls; ")
+
+
 def test_run_check_catches_a_bad_override(tmp_path):
     bad = tmp_path / "bad.toml"
     text = (REPO / "experiments/default.toml").read_text()
