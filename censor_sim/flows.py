@@ -103,7 +103,14 @@ class FlowTable:
         else:
             key = (pkt.dst, pkt.src, pkt.proto, pkt.dport, pkt.sport)
         flow = self._flows.get(key)
-        if flow is not None and now - flow.last_seen > self.idle_s:
+        if flow is not None and (now - flow.last_seen > self.idle_s
+                                 or (from_client and pkt.proto == 6 and pkt.pure_syn
+                                     and (flow.decided is not None
+                                          or flow.first_data is not None))):
+            # Idle too long, or a new connection on the same 4-tuple: a client that
+            # reuses its source port after a reset (Go's dialer does, often) opens
+            # a connection the censor must judge afresh. A SYN retransmitted before
+            # any data or decision stays in its flow.
             del self._flows[key]
             flow = None
         if flow is None:

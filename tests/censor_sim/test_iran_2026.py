@@ -9,8 +9,9 @@ import pytest
 from censor_sim import datapath
 from censor_sim.detectors import tls
 from censor_sim.engine import Engine
+from censor_sim.packet import SYN
 from censor_sim.profile import load_profile
-from tests.support.engine import CLIENT, SERVER, Clock, connect, udp
+from tests.support.engine import CLIENT, SERVER, Clock, connect, tcp, udp
 from tests.support.quic_vectors import long_header
 from tests.support.tlsrecords import client_hello
 
@@ -82,3 +83,19 @@ def test_the_loss_rule_drops_the_configured_share():
     rules = datapath.ruleset(None, loss_percent=50)
     assert "ct mark & 0x70 == 0x50 numgen random mod 1000 < 500 counter name loss_drop drop" \
         in rules
+
+
+def test_a_new_connection_on_a_reused_port_is_judged_afresh():
+    """A client that reuses its source port after a reset opens a new connection: its
+    ClientHello is inspected again (it once passed as the old, decided flow)."""
+    eng = engine("iran-2026", {"detectors": {"ip_allowlist": {"addresses": [SERVER]},
+                                             "tls": {"sni": ["blocked.lab"],
+                                                     "sticky_share": 1.0}}})
+    for _ in range(3):
+        v = connect(eng, 40000, 443, client_hello("www.blocked.lab"))
+        assert v.drop and [(i.dst, i.flags) for i in v.inject] == [(CLIENT, "RA")]
+    assert eng.stats["flows"] == 3
+    # A retransmitted SYN, before any data, stays in its flow.
+    eng.handle(tcp(CLIENT, SERVER, 40001, 443, SYN), True)
+    eng.handle(tcp(CLIENT, SERVER, 40001, 443, SYN), True)
+    assert eng.stats["flows"] == 4
