@@ -285,6 +285,25 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vm_image(args: argparse.Namespace) -> int:
+    """Build (or find cached) the VMs' disk image from Debian's packages."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .vm.image import DEFAULT_CACHE, build
+
+    require_root()
+    cache = Path(args.cache) if args.cache else DEFAULT_CACHE
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as bar:
+        task = bar.add_task("image: inputs", total=1.0)
+        image = build(cache=cache, progress=lambda what, done: bar.update(
+            task, description=f"image: {what}", completed=done))
+    print(f"image {image.dir.name}: {image.disk} ({image.disk.stat().st_size >> 20} MiB), "
+          f"kernel {image.kernel.name}, ssh key {image.ssh_key}")
+    if image.seconds:
+        print("built in " + ", ".join(f"{k} {v:g} s" for k, v in image.seconds.items()))
+    return 0
+
+
 def cmd_vm_down(args: argparse.Namespace) -> int:
     from ptlab.vm.vagrant import vagrant
 
@@ -643,6 +662,14 @@ def build_parser() -> argparse.ArgumentParser:
     vup.add_argument("--provider", choices=("libvirt", "virtualbox"),
                      help="Vagrant provider (default: Vagrant's choice)")
     vup.set_defaults(fn=cmd_vm_up)
+    vimg = vsub.add_parser("image", help="build the VMs' disk image from Debian's packages",
+                           description="debootstrap this machine's Debian release, install "
+                                       "the lab's packages and Python environment, and "
+                                       "write a disk image, kernel and initrd; cached by a "
+                                       "hash of its inputs.")
+    vimg.add_argument("--cache", help="where images are kept (default /var/cache/ptlab/vm, "
+                                      "or PTLAB_VM_CACHE)")
+    vimg.set_defaults(fn=cmd_vm_image)
     vrun = vsub.add_parser("run", help="run an experiment spec across the three machines")
     vrun.add_argument("spec", help="experiment TOML, e.g. experiments/vm.toml")
     vrun.add_argument("--split", action="store_true",
