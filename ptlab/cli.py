@@ -278,6 +278,8 @@ def cmd_censor(args: argparse.Namespace) -> int:
 # --- ptlab vm ----------------------------------------------------------------
 
 def cmd_vm_up(args: argparse.Namespace) -> int:
+    if args.provider == "qemu":
+        return _vm_up_qemu(args)
     from ptlab.vm.vagrant import vagrant
 
     vagrant(["up", *(["--provider", args.provider] if args.provider else [])], capture=False)
@@ -304,7 +306,34 @@ def cmd_vm_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vm_up_qemu(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .vm import qemu
+    from .vm.image import DEFAULT_CACHE, Image, default_inputs
+
+    require_root()
+    inputs = default_inputs()
+    image = Image(DEFAULT_CACHE / inputs.digest(), inputs)
+    if not image.complete():
+        return _die(f"no image for this checkout at {image.dir}: run 'ptlab vm image' first")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as bar:
+        task = bar.add_task("vm up: qemu", total=1.0)
+        state = qemu.up(image, accel=args.accel, progress=lambda what, done: bar.update(
+            task, description=f"vm up: {what}", completed=done))
+    print(f"VMs up under qemu ({state['accel'].upper()}), ssh after "
+          + ", ".join(f"{m} {v['ready_s']:g} s" for m, v in state["machines"].items())
+          + ": 'ptlab vm run SPEC' runs an experiment on them, 'ptlab vm down' stops them")
+    return 0
+
+
 def cmd_vm_down(args: argparse.Namespace) -> int:
+    from .vm import qemu
+
+    if qemu.load_state() is not None or qemu.our_qemu_pids(qemu.STATE):
+        stopped = qemu.down()
+        print(f"stopped {len(stopped)} qemu VM(s); overlays and state removed")
+        return 0
     from ptlab.vm.vagrant import vagrant
 
     vagrant(["destroy", "-f"], capture=False)
@@ -341,11 +370,19 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
         runner = VmRunner(spec, out, machines, log=console.print,
                           label="three namespaces laid out as the VMs")
     else:
+        from .vm import qemu
         from .vm.vagrant import VagrantMachines
 
         work = Path("/var/tmp/ptlab-vm") / stamp  # the same path on every VM
-        runner = VmRunner(spec, out, VagrantMachines(work), work=work, log=console.print,
-                          label="the three VMs")
+        state = qemu.load_state()
+        if state is not None:
+            # Under TCG the CPU is emulated: goodput measures the emulator, not the
+            # transport; compare status and detections.
+            vms: qemu.QemuMachines | VagrantMachines = qemu.QemuMachines(work)
+            label = f"the three qemu VMs ({state['accel'].upper()})"
+        else:
+            vms, label = VagrantMachines(work), "the three VMs"
+        runner = VmRunner(spec, out, vms, work=work, log=console.print, label=label)
     _term_to_exit()
     outcome = run_experiment(spec, out, console=console, runner=runner)
     console.print(f"report: [bold]{outcome.report}[/]")
@@ -659,8 +696,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "laid out like them (run --split).")
     vsub = vm.add_subparsers(dest="vm_command", required=True)
     vup = vsub.add_parser("up", help="vagrant up: boot and provision the three VMs")
-    vup.add_argument("--provider", choices=("libvirt", "virtualbox"),
-                     help="Vagrant provider (default: Vagrant's choice)")
+    vup.add_argument("--provider", choices=("qemu", "libvirt", "virtualbox"),
+                     help="qemu: boot the image of 'ptlab vm image' here; otherwise a "
+                          "Vagrant provider (default: Vagrant's choice)")
+    vup.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                     help="qemu's accelerator (auto: KVM if a probe boots with it, else TCG)")
     vup.set_defaults(fn=cmd_vm_up)
     vimg = vsub.add_parser("image", help="build the VMs' disk image from Debian's packages",
                            description="debootstrap this machine's Debian release, install "
