@@ -81,7 +81,11 @@ class ManagedPTPlugin(LabPlugin):
             raise ValueError('first_segment needs client = "ptlab"')
 
     def _cmd(self, ctx: CellContext, side: str) -> list[str]:
-        return self.implementations[ctx.options.get(side, self.defaults[side])]
+        name = ctx.options.get(side, self.defaults[side])
+        if name == "ptlab":
+            # The Python of the machine the PT runs on (a VM's is not this one's).
+            return ctx.py("transports.pt")
+        return self.implementations[name]
 
     def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
         return ctx.py("ptlab.ptparent", role, "--transport", self.transport,

@@ -23,17 +23,15 @@ import pytest
 from scapy.layers.inet import IP
 from scapy.utils import rdpcap
 
-from censor_sim.profile import available as profiles_available
 from netns import ownership
 from netns.sh import which
-from ptlab import plugins
 from ptlab.runner import LabRunner
 from ptlab.services.sshd import SSHD, prepare_sshd
-from ptlab.spec import load_spec
 from ptlab.vm.hosts import SshHost
 from ptlab.vm.layout import SERVER_ROLE_ADDRESSES, VmLab
 from ptlab.vm.runner import VmRunner
 from ptlab.vm.split import SplitMachines
+from tests.support.vmspec import by_cell, quick_spec
 
 REPO = Path(__file__).resolve().parents[3]
 # Fields that must agree; figures (goodput, latency, counters) are measurements.
@@ -43,18 +41,6 @@ SAME = ("status", "error", "detector", "action", "detections", "repetitions", "r
         "probes_sent", "probe_verdicts")
 PRESENT = ("bootstrap_s", "goodput_mbps", "goodput_ci95", "latency_ms", "bytes_before_block",
            "time_to_detection_s", "censor_cpu_per_flow_ms", "rtt_ms")
-
-
-def quick_spec(transports: tuple[str, ...] | None = None):
-    spec = load_spec(REPO / "experiments" / "vm.toml", plugins.available(),
-                     profiles_available())
-    spec.repetitions = 1
-    spec.workloads.bulk_size = 1_000_000
-    spec.workloads.latency_count = 3
-    if transports:
-        spec.transports = {t: spec.transports[t] for t in transports}
-        spec.expect = [e for e in spec.expect if e.transport in transports]
-    return spec
 
 
 class SshSplit(SplitMachines):
@@ -118,10 +104,6 @@ def runs(tmp_path_factory):
     out["ssh_shares_files"] = ssh.shares_files
     out["base"] = base
     return out
-
-
-def by_cell(rows):
-    return {(r.transport, r.censor): r for r in rows}
 
 
 def compare(a, b) -> list[str]:
