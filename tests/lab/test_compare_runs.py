@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ptlab.results import SCHEMA_VERSION
+
 from .conftest import REPO, ptlab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -48,5 +50,6 @@ def test_compare_two_default_runs_then_a_spec_change(tmp_path):
                      if line.startswith("! ")}
     assert changed_cells == {"obfs4 × gfw-fet", "obfs4proxy × gfw-fet"}
     assert "censors.gfw-fet.policy.rules" in diff.stdout
-    assert json.loads((tmp_path / "c" / "results.json").read_text())["schema_version"] == 2
+    written = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert written["schema_version"] == SCHEMA_VERSION
     assert "changed status" in (tmp_path / "compare.html").read_text()
