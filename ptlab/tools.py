@@ -21,7 +21,6 @@ that needs a tag the binary lacks is skipped with the reason
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points, packages_distributions, version
 from pathlib import Path
 from typing import Any
+
+from .results import sha256_file
 
 ENTRY_POINT_GROUP = "ptlab.tools"
 ENV_PREFIX = "PTLAB_TOOL_"
@@ -141,14 +142,6 @@ def describe_version(path: str, version_args: list[str] | None = None, timeout: 
     return "unknown", None, None
 
 
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 _cache: dict[tuple[str, str, int], Tool] = {}
 
 
@@ -159,5 +152,5 @@ def resolve(name: str, spec_path: str | None = None,
     key = (name, path, os.stat(path).st_mtime_ns)
     if key not in _cache:
         line, revision, tags = describe_version(path, version_args)
-        _cache[key] = Tool(name, path, source, line, revision, tags, sha256_of(path))
+        _cache[key] = Tool(name, path, source, line, revision, tags, sha256_file(Path(path)))
     return _cache[key]

@@ -151,6 +151,13 @@ class SshHost:
                            input=p.stdout, check=True, capture_output=True)
 
 
+def close_masters(hosts: dict[str, SshHost]) -> None:
+    """Close the shared ssh connection (ControlMaster) of each host."""
+    for h in hosts.values():
+        subprocess.run([*h.ssh_argv("true")[:-2], "-O", "exit", h.name],
+                       capture_output=True, timeout=10)
+
+
 class SshProcess:
     """A process started by :meth:`SshHost.spawn`, watched over ssh."""
 

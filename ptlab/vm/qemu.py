@@ -33,7 +33,7 @@ from pathlib import Path
 
 from netns.errors import LabError
 
-from .hosts import SshHost
+from .hosts import SshHost, close_masters
 from .image import REPO, Image
 from .layout import MACHINES, PREFIXLEN
 
@@ -280,7 +280,5 @@ class QemuMachines:
 
     def down(self) -> None:
         """Close the shared ssh connections; the VMs stay up for the next run."""
-        for h in self.hosts.values():
-            subprocess.run([*h.ssh_argv("true")[:-2], "-O", "exit", h.name],
-                           capture_output=True, timeout=10)
+        close_masters(self.hosts)
         self.hosts = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from netns.errors import LabError
 
-from .hosts import SshHost
+from .hosts import SshHost, close_masters
 from .layout import MACHINES
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -88,7 +88,5 @@ class VagrantMachines:
 
     def down(self) -> None:
         """Close the shared ssh connections; the VMs stay up for the next run."""
-        for h in self.hosts.values():
-            subprocess.run([*h.ssh_argv("true")[:-2], "-O", "exit", h.name],
-                           capture_output=True, timeout=10)
+        close_masters(self.hosts)
         self.hosts = {}

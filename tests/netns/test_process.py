@@ -7,20 +7,14 @@ import time
 import pytest
 
 from netns.process import LabProcess, live_group_members
+from tests.support.netlab import pair_lab
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
 
 
 @pytest.fixture
 def one_node_lab():
-    from netns.lab import Lab
-    from netns.topology import Topology
-
-    t = Topology()
-    t.add_node("solo", "s")
-    t.add_node("peer", "p")
-    t.add_link("solo", "peer")
-    with Lab(t) as lab:
+    with pair_lab("solo") as lab:
         yield lab
 
 

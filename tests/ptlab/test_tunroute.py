@@ -8,18 +8,13 @@ import sys
 
 import pytest
 
+from tests.support.netlab import pair_lab
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
 
 
 def test_a_device_is_ready_only_when_up_with_an_address():
-    from netns.lab import Lab
-    from netns.topology import Topology
-
-    t = Topology()
-    t.add_node("solo", "s")
-    t.add_node("peer", "p")
-    t.add_link("solo", "peer")
-    with Lab(t) as lab:
+    with pair_lab("solo") as lab:
         ns = lab.ns("solo")
 
         def ip(*args: str) -> None:

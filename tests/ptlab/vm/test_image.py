@@ -10,6 +10,7 @@ import pytest
 
 from netns.errors import LabError
 from ptlab.vm import image
+from tests.support.netlab import pair_lab
 
 
 def test_setup_packages_are_read_from_scripts_setup():
@@ -68,17 +69,10 @@ def test_a_cached_image_is_returned_without_building(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
 def test_the_boot_script_sets_addresses_routes_and_forwarding(tmp_path):
-    from netns.lab import Lab
-    from netns.topology import Topology
-
-    t = Topology()
-    t.add_node("vm", "v")
-    t.add_node("peer", "p")
-    t.add_link("vm", "peer")
     script = tmp_path / "ptl-net"
     script.write_text(image.NET_SCRIPT)
     script.chmod(0o755)
-    with Lab(t) as lab:
+    with pair_lab("vm") as lab:
         ns = lab.ns("vm")
 
         def sh(*argv: str) -> str:

@@ -1,0 +1,20 @@
+"""A two-node lab (one link) for tests that need a namespace of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def pair_lab(role: str, peer: str = "peer") -> Iterator:
+    """A lab of ``role`` linked to ``peer`` (a host needs exactly one link)."""
+    from netns.lab import Lab
+    from netns.topology import Topology
+
+    t = Topology()
+    t.add_node(role, role[0])
+    t.add_node(peer, peer[0])
+    t.add_link(role, peer)
+    with Lab(t) as lab:
+        yield lab
