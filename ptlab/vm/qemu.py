@@ -46,6 +46,17 @@ EXCLUDE = {".git", ".venv", "results", "datasets", ".vagrant", "__pycache__", ".
 Progress = Callable[[str, float], None]
 
 
+# How many times longer a Python process takes to start under TCG than on the host:
+# measured 2026-11-27 with ``python -c 'import ptlab.services.web'``-sized imports on this
+# kind of machine (2 cores, three guests), about 6-8 times, so waits take 12.
+TCG_SLOWDOWN = 12.0
+
+
+def slowdown(accel: str) -> float:
+    """The factor that waits for a guest's processes are multiplied by."""
+    return 1.0 if accel == "kvm" else TCG_SLOWDOWN
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -262,12 +273,14 @@ class QemuMachines:
         self.work, self.state_dir = Path(work), state_dir
         self.hosts: dict[str, SshHost] = {}
         self.accel = "?"
+        self.slowdown = 1.0
 
     def up(self) -> QemuMachines:
         state = load_state(self.state_dir)
         if not state:
             raise LabError("the qemu VMs are not up: run 'ptlab vm up --provider qemu' first")
         self.accel = state["accel"]
+        self.slowdown = slowdown(self.accel)
         cfg = self.state_dir / "ssh_config"
         control = self.state_dir / "ssh"
         control.mkdir(mode=0o700, exist_ok=True)

@@ -42,6 +42,11 @@ class Machines(Protocol):
     """The three machines: VMs (vagrant) or namespaces (split)."""
 
     hosts: dict[str, Host]
+    # How many times longer than on the host a process takes to start there (1 on
+    # namespaces and hardware-virtualised VMs; more under qemu's TCG, which emulates
+    # the CPU). Every wait for a process is multiplied by it, never the experiment's
+    # own timeouts, which are the spec's.
+    slowdown: float
 
     def up(self) -> Any: ...
     def down(self) -> None: ...
@@ -87,8 +92,9 @@ class VmServices(LabServices):
 
     ssh_port = 2222
 
-    def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host]) -> None:
-        super().__init__(vlab, workdir)
+    def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host],
+                 ready_timeout_s: float = 20.0) -> None:
+        super().__init__(vlab, workdir, ready_timeout_s)
         self.hosts = hosts
 
     def roles(self) -> list[str]:
@@ -158,7 +164,8 @@ class VmBackend(LabBackend):
                               device_of(censor, self.vlab.outside))
         self.gso = {"client": device_of(self.hosts["client"], self.vlab.addr("client")),
                     "servers": dev}
-        self.services = VmServices(self.vlab, self.work / "lab", self.hosts).start()
+        self.services = VmServices(self.vlab, self.work / "lab", self.hosts,
+                                   20.0 * self.machines.slowdown).start()
         self.rtt_ms = self.measure_rtt()
 
     def stop(self) -> list[tuple[str, list[Process]]]:
@@ -215,7 +222,7 @@ class VmBackend(LabBackend):
         host = self.hosts[machine_of(svc.role)]
         p = host.spawn(svc.argv, svc.name, cell_dir / f"{svc.name}.log", env=svc.env)
         run.procs.append(p)
-        p.wait_log(svc.ready, svc.ready_timeout_s)
+        p.wait_log(svc.ready, svc.ready_timeout_s * self.machines.slowdown)
         return p
 
     def start_captures(self, run: CellRun) -> None:
@@ -230,7 +237,7 @@ class VmBackend(LabBackend):
                 ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", "256", "-U", "-w",
                  str(pcap)], f"tcpdump-{peer}", pcap.with_suffix(".log"))
             run.captures.append(p)
-            p.wait_log(r"listening on", 5.0)
+            p.wait_log(r"listening on", 5.0 * self.machines.slowdown)
 
     def start_censor(self, run: CellRun, profile: profiles.Profile, overrides: dict[str, Any],
                      seed: int, cell_dir: Path) -> Process:
@@ -272,7 +279,8 @@ class VmBackend(LabBackend):
         client = self.hosts["client"]
         client.push(cell_dir)
         budget = (plan.bootstrap_s + plan.repetitions * plan.bulk_timeout_s
-                  + plan.benign_timeout_s + 4.0 * plan.latency_count + 60.0)
+                  + plan.benign_timeout_s + 4.0 * plan.latency_count
+                  + 60.0 * self.machines.slowdown)
         proc = await asyncio.to_thread(client.run, [client.python, "-m", "ptlab.workloads.cell",
                                                     str(cfg)], False, budget)
         lines = proc.stdout.strip().splitlines()

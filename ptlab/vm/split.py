@@ -27,6 +27,8 @@ CODES = {"client": "c", "censor": "x", "servers": "s"}
 class SplitMachines:
     """Three namespaces laid out as the VMs; use as a context manager, or up()/down()."""
 
+    slowdown = 1.0  # the host's own kernel and CPU
+
     def __init__(self, python: str, lab_id: str | None = None) -> None:
         self.python = python
         self.id = check_lab_id(lab_id) if lab_id else None

@@ -67,6 +67,8 @@ def parse_status(text: str) -> dict[str, str]:
 class VagrantMachines:
     """The running VMs, reached over ssh; `work` keeps the ssh config and sockets."""
 
+    slowdown = 1.0  # Vagrant's providers (libvirt, VirtualBox) virtualise in hardware
+
     def __init__(self, work: Path, root: Path = REPO) -> None:
         self.work, self.root = Path(work), root
         self.hosts: dict[str, SshHost] = {}

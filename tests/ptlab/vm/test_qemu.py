@@ -110,3 +110,45 @@ def test_a_killed_up_leaves_nothing_once_down_has_run(tmp_path):
     qemu.down(state)
     assert qemu.our_qemu_pids(state) == []
     assert [p.name for p in Path(state).iterdir() if p.name != "ssh"] == []
+
+
+def test_under_tcg_every_wait_for_a_guest_process_is_longer():
+    assert qemu.slowdown("kvm") == 1.0
+    assert qemu.slowdown("tcg") == qemu.TCG_SLOWDOWN >= 8.0  # measured: ~8x per start
+
+
+class _Waits:
+    """A process on a host that records how long the backend waits for it."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def wait_log(self, pattern: str, timeout: float) -> None:
+        self.timeouts.append(timeout)
+
+
+class _Host:
+    def __init__(self) -> None:
+        self.proc = _Waits()
+
+    def spawn(self, argv, name, log, env=None):
+        return self.proc
+
+
+def test_the_backend_scales_its_waits_by_the_machines_slowdown(tmp_path):
+    from ptlab.backend import CellRun
+    from ptlab.plugins.base import Service
+    from ptlab.vm.runner import VmBackend
+    from tests.support.vmspec import quick_spec
+
+    class Machines:
+        hosts = {m: _Host() for m in MACHINES}
+        slowdown = qemu.slowdown("tcg")
+
+    backend = VmBackend(quick_spec(), tmp_path, Machines())
+    backend.hosts = Machines.hosts
+    run = CellRun("obfs4__none")
+    backend.start_process(run, Service("obfs4-server", "bridge", ["x"], ready_timeout_s=15.0),
+                          tmp_path)
+    assert Machines.hosts["servers"].proc.timeouts == [15.0 * qemu.TCG_SLOWDOWN]
+    assert run.procs == [Machines.hosts["servers"].proc]
