@@ -299,10 +299,21 @@ def cmd_vm_image(args: argparse.Namespace) -> int:
         task = bar.add_task("image: inputs", total=1.0)
         image = build(cache=cache, progress=lambda what, done: bar.update(
             task, description=f"image: {what}", completed=done))
+        if args.vagrant_box:
+            from .vm import box
+
+            boxed = bar.add_task("box", total=1.0)
+            box.export(image, Path(args.vagrant_box), progress=lambda what, done: bar.update(
+                boxed, description=what, completed=done))
     print(f"image {image.dir.name}: {image.disk} ({image.disk.stat().st_size >> 20} MiB), "
           f"kernel {image.kernel.name}, ssh key {image.ssh_key}")
     if image.seconds:
         print("built in " + ", ".join(f"{k} {v:g} s" for k, v in image.seconds.items()))
+    if args.vagrant_box:
+        size = Path(args.vagrant_box).stat().st_size >> 20
+        print(f"Vagrant box (libvirt): {args.vagrant_box} ({size} MiB); 'vagrant box add "
+              f"--name ptlab {args.vagrant_box}', then 'PTLAB_VM_BOX=ptlab vagrant up "
+              f"--provider libvirt'")
     return 0
 
 
@@ -709,6 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "hash of its inputs.")
     vimg.add_argument("--cache", help="where images are kept (default /var/cache/ptlab/vm, "
                                       "or PTLAB_VM_CACHE)")
+    vimg.add_argument("--vagrant-box", metavar="FILE",
+                      help="also write the image as a Vagrant box for libvirt (a .box tar)")
     vimg.set_defaults(fn=cmd_vm_image)
     vrun = vsub.add_parser("run", help="run an experiment spec across the three machines")
     vrun.add_argument("spec", help="experiment TOML, e.g. experiments/vm.toml")

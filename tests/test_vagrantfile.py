@@ -20,9 +20,10 @@ pytestmark = pytest.mark.skipif(not shutil.which("vagrant"),
                                 reason="vagrant is not installed (scripts/setup installs it)")
 
 
-def validate(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def validate(text: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "Vagrantfile").write_text(text)
-    env = {**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1", "VAGRANT_HOME": str(tmp_path / "vh")}
+    env = {**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1", "VAGRANT_HOME": str(tmp_path / "vh"),
+           **extra}
     return subprocess.run(["vagrant", "validate", "-p"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -37,6 +38,16 @@ def test_the_vagrantfile_validates(tmp_path):
         assert f'"{name}"' in text
     assert "debian/bookworm64" in text and 'provider "libvirt"' in text
     assert 'provider "virtualbox"' in text and "scripts/setup" in text
+
+
+def test_with_a_ptlab_box_it_validates_and_names_that_box(tmp_path):
+    """PTLAB_VM_BOX (a box from 'ptlab vm image --vagrant-box') replaces Vagrant
+    Cloud's box; that box needs no setup provisioner, and the file says so."""
+    text = (REPO / "Vagrantfile").read_text()
+    proc = validate(text, tmp_path, PTLAB_VM_BOX="ptl-local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'BOX = PTLAB_BOX || "debian/bookworm64"' in text
+    assert "unless PTLAB_BOX" in text
 
 
 @pytest.mark.parametrize("edit, complaint", [

@@ -14,7 +14,8 @@ overlay of its own. It is built with no download beyond Debian's packages:
    same wheels), and the checkout itself found at ``/ptlab`` (pushed there per
    run, so the image does not change with the code);
 4. the lab's ssh key for root, and ``ptl-net``, which sets each VM's addresses,
-   routes and forwarding from its kernel command line (``ptl.net=...``);
+   routes and forwarding from its kernel command line (``ptl.net=...``); with no
+   ``ptl.net`` there (booted as a Vagrant box), systemd-networkd takes DHCP on eth0;
 5. a raw ext4 disk image (``mkfs.ext4 -d``), and the kernel and initrd beside it,
    which qemu boots directly.
 
@@ -42,13 +43,15 @@ from netns.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent.parent
 #: Bump when the recipe changes, so cached images built by the old one are rebuilt.
-RECIPE = 1
-#: What a VM needs to boot, be reached and run the lab's Python.
+RECIPE = 2
+#: What a VM needs to boot, be reached and run the lab's Python; and, as a Vagrant
+#: box, what Vagrant's Debian guest support uses: sudo for its commands, dbus for
+#: hostnamectl, rsync for the synced checkout.
 BOOT_PACKAGES = ("systemd-sysv", "udev", "kmod", "iproute2", "iputils-ping", "procps",
                  "netbase", "linux-image-cloud-amd64", "openssh-server", "python3",
-                 "python3-venv", "ca-certificates")
+                 "python3-venv", "ca-certificates", "dbus", "sudo", "rsync")
 #: scripts/setup's packages a VM does not need (a host's tools, a browser).
-HOST_ONLY = {"vagrant", "chromium", "rsync", "debootstrap", "qemu-system-x86", "qemu-utils"}
+HOST_ONLY = {"vagrant", "chromium", "debootstrap", "qemu-system-x86", "qemu-utils"}
 DEFAULT_CACHE = Path(os.environ.get("PTLAB_VM_CACHE", "/var/cache/ptlab/vm"))
 Progress = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
 
@@ -173,6 +176,16 @@ for word in $(cat "${1:-/proc/cmdline}"); do
   esac
 done
 ip link set lo up
+"""
+
+#: Booted as a Vagrant box (no ptl.net= on the command line), eth0 is Vagrant's
+#: management network and takes DHCP; under ``ptlab vm up`` ptl-net sets it.
+DHCP_NETWORK = """[Match]
+Name=eth0
+KernelCommandLine=!ptl.net
+
+[Network]
+DHCP=ipv4
 """
 
 NET_UNIT = """[Unit]
@@ -316,6 +329,14 @@ def _access(root: Path, work: Path, log: Path) -> None:
     link = wants / "ptl-net.service"
     if not link.exists():
         link.symlink_to("/etc/systemd/system/ptl-net.service")
+    network = root / "etc" / "systemd" / "network"
+    network.mkdir(parents=True, exist_ok=True)
+    (network / "80-ptl-vagrant-dhcp.network").write_text(DHCP_NETWORK)
+    # networkd runs (Vagrant's Debian guest writes its private networks for it), but
+    # nothing waits for "online": under ptlab vm up no link is networkd's.
+    _chroot(root, "systemctl enable systemd-networkd >/dev/null 2>&1 && "
+            "systemctl mask systemd-networkd-wait-online.service >/dev/null 2>&1",
+            "systemctl enable systemd-networkd", log)
     (root / "etc" / "hostname").write_text("ptl-vm\n")
     (root / "etc" / "fstab").write_text("/dev/vda / ext4 rw,relatime 0 1\n")
     # The serial console, where the boot shows, and no getty waiting elsewhere.

@@ -1,7 +1,9 @@
 """The cached VM image boots under qemu and is reachable by the lab's ssh key, with the
-lab's packages and Python environment in it. Runs only where ``ptlab vm image`` has
-built the image for this checkout's inputs (it takes about two minutes); skips with
-the reason otherwise."""
+lab's packages and Python environment in it: booted as ``ptlab vm up`` boots it (the
+network from ``ptl.net=``, static) and as its Vagrant box boots it (no ``ptl.net``:
+eth0 takes DHCP through systemd-networkd, and what Vagrant's Debian guest support
+runs is there). Runs only where ``ptlab vm image`` has built the image for this
+checkout's inputs (it takes about two minutes); skips with the reason otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 
 import pytest
 
-from ptlab.vm import image
+from ptlab.vm import box, image
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="qemu-system-x86 is not installed")
@@ -32,7 +34,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_cached_image_boots_and_answers_ssh_with_the_lab_inside(tmp_path):
+LAB_INSIDE = ("/ptlab/.venv/bin/python -c 'import aiortc, scapy, netfilterqueue' && echo "
+              "python-ok; command -v tor nginx obfs4proxy | wc -l;")
+#: (kernel command line, what runs in the guest, what it prints)
+BOOTS = {
+    "ptlab vm up": ("console=ttyS0 root=/dev/vda rw net.ifnames=0 ptl.host=ptl-boot "
+                    "ptl.net=eth0:10.0.2.15/24",
+                    "hostname; " + LAB_INSIDE + " systemctl is-active ptl-net;"
+                    " ip -4 -o addr show eth0 | grep -c 'inet 10.0.2.15/24 .*dynamic'; true",
+                    ["ptl-boot", "python-ok", "3", "active", "0"]),
+    "vagrant box": (box.BOX_CMDLINE,
+                    "hostname; " + LAB_INSIDE + " systemctl is-active systemd-networkd;"
+                    " ip -4 -o addr show eth0 | grep -c 'inet 10.0.2.15/24 .*dynamic';"
+                    " command -v sudo rsync hostnamectl | wc -l",
+                    ["ptl-vm", "python-ok", "3", "active", "1", "3"]),
+}
+
+
+@pytest.mark.parametrize("boot", list(BOOTS))
+def test_the_cached_image_boots_and_answers_ssh_with_the_lab_inside(tmp_path, boot):
+    cmdline, check, expected = BOOTS[boot]
     built = _cached()
     overlay = tmp_path / "ptl-boot.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(built.disk),
@@ -42,16 +63,12 @@ def test_the_cached_image_boots_and_answers_ssh_with_the_lab_inside(tmp_path):
         ["qemu-system-x86_64", "-name", "ptl-boot-test", "-accel", "tcg,thread=multi",
          "-cpu", "max", "-m", "1024", "-smp", "1", "-nographic", "-no-reboot",
          "-kernel", str(built.kernel), "-initrd", str(built.initrd),
-         "-append", "console=ttyS0 root=/dev/vda rw net.ifnames=0 ptl.host=ptl-boot "
-                    "ptl.net=eth0:10.0.2.15/24",
+         "-append", cmdline,
          "-drive", f"file={overlay},if=virtio,format=qcow2",
          "-netdev", f"user,id=m,hostfwd=tcp:127.0.0.1:{port}-:22",
          "-device", "virtio-net-pci,netdev=m"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        check = ("hostname; /ptlab/.venv/bin/python -c 'import aiortc, scapy, netfilterqueue'"
-                 " && echo python-ok; command -v tor nginx obfs4proxy | wc -l;"
-                 " systemctl is-active ptl-net")
         deadline, out = time.monotonic() + 240, None
         while time.monotonic() < deadline and vm.poll() is None:
             p = subprocess.run(["ssh", "-q", "-o", "BatchMode=yes", "-o",
@@ -63,7 +80,7 @@ def test_the_cached_image_boots_and_answers_ssh_with_the_lab_inside(tmp_path):
                 out = p.stdout.split()
                 break
             time.sleep(2)
-        assert out == ["ptl-boot", "python-ok", "3", "active"], out
+        assert out == expected, out
     finally:
         vm.kill()
         vm.wait(10)
