@@ -16,7 +16,12 @@ from fractions import Fraction
 
 from ptcommon.events import EventLog, run_until_stopped
 from transports.common.budget import QuietErrors, raise_nofile_limit
-from transports.common.httpguard import HttpGuard, HttpLimits
+from transports.common.httpguard import (
+    HttpGuard,
+    add_limit_arguments,
+    limit_options,
+    limits_from_options,
+)
 from transports.common.httpguard import serve as serve_guarded
 
 from .app import Broker, BrokerConfig, MetricsConfig
@@ -52,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--geoip", help="lab GeoIP map: 'PREFIX CC' per line")
     p.add_argument("--trusted-edge", action="append", default=[],
                    help="address of a front (the lab's TLS edge) whose X-Forwarded-For counts")
+    add_limit_arguments(p)
     return p.parse_args(argv)
 
 
@@ -75,7 +81,8 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     QuietErrors(lambda line: events.emit("resource_error", error=line)).install(
         asyncio.get_running_loop())
     # The edge (a CDN or domain front) carries everyone's polls: no per-address share.
-    guard = HttpGuard(HttpLimits(max_body=cfg.read_limit, trusted=cfg.trusted_edges))
+    guard = HttpGuard(limits_from_options(limit_options(args), COMPONENT,
+                                          max_body=cfg.read_limit, trusted=cfg.trusted_edges))
     try:
         runner, server = await serve_guarded(broker.app(), host.strip("[]") or None, int(port),
                                              tls, guard)
@@ -121,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--geoip: {exc}")
     if args.metrics_period <= 0 or args.metrics_epsilon <= 0:
         return _fail("--metrics-period and --metrics-epsilon must be positive")
+    try:
+        limits_from_options(limit_options(args), COMPONENT)
+    except ValueError as exc:
+        return _fail(str(exc).removeprefix(f"{COMPONENT}: "))
     cfg = BrokerConfig(proxy_timeout_s=args.proxy_timeout, client_timeout_s=args.client_timeout,
                        next_poll_ms=args.next_poll or None,
                        allowed_relay_pattern=args.allowed_relay_pattern,

@@ -353,3 +353,11 @@ async def test_metrics_are_published_per_period_with_noise_and_a_budget(broker):
     with pytest.raises(BudgetExceeded):
         b.publish(random.Random(6))
     assert json.loads(await (await http.get("/metrics")).read()) == body
+
+
+def test_a_bad_http_limit_on_the_command_line_is_refused_in_one_line(capsys):
+    from broker.__main__ import main
+
+    assert main(["--disable-tls", "--addr", "127.0.0.1:8", "--http-max-connections", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "broker: http-max-connections must be a positive whole number, not '0'"

@@ -23,14 +23,20 @@ has. :class:`HttpGuard` sits between the listening socket and aiohttp:
 
 A request being served (a meek poll, a broker long-poll, a WebSocket) is not
 waiting, whatever it takes. Nothing here logs a client address.
+
+Every limit can be set by its operator: :data:`LIMIT_OPTIONS` names them
+(``http-head-timeout``, ``http-max-connections``, ...), the same words as
+command-line flags (:func:`add_limit_arguments`) and as PT server options
+(``TOR_PT_SERVER_TRANSPORT_OPTIONS``), read by :func:`limits_from_options`.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +71,61 @@ class HttpLimits:
         return self.max_waiting_per_source or max(4, self.max_waiting // 4)
 
 
+#: Operator-settable limits: option word -> (HttpLimits field, type, what it is).
+LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "http-head-timeout": ("head_timeout_s", float,
+                          f"seconds a connection has to send a request head ({HEAD_TIMEOUT_S:g})"),
+    "http-body-timeout": ("body_timeout_s", float,
+                          f"seconds a request has for its body ({BODY_TIMEOUT_S:g})"),
+    "http-keepalive": ("keepalive_s", float,
+                       f"seconds an idle kept-alive connection stays open ({KEEPALIVE_S:g})"),
+    "http-max-body": ("max_body", int, "largest request body in bytes; larger is 413"),
+    "http-max-waiting": ("max_waiting", int,
+                         "connections waiting for a head (default: from the descriptor budget)"),
+    "http-max-waiting-per-source": ("max_waiting_per_source", int,
+                                    "waiting places one address may hold (default: a quarter)"),
+    "http-max-connections": ("max_connections", int,
+                             "connections in all (default: half the descriptor budget)"),
+}
+
+
+def limits_from_options(options: Mapping[str, str], who: str, **fixed: Any) -> HttpLimits:
+    """The limits named in ``options`` (any of :data:`LIMIT_OPTIONS`; other keys are
+    the caller's) over ``fixed`` and the defaults. ValueError, in one line naming
+    ``who`` and the option, for a value that is not a positive number."""
+    values = dict(fixed)
+    for key, (attr, kind, _) in LIMIT_OPTIONS.items():
+        raw = options.get(key)
+        if raw is None:
+            continue
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            value = 0
+        if not value > 0:
+            noun = "whole number" if kind is int else "number"
+            raise ValueError(f"{who}: {key} must be a positive {noun}, not {raw!r}")
+        values[attr] = value
+    return HttpLimits(**values)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--http-head-timeout`` and the rest, one flag per :data:`LIMIT_OPTIONS` word."""
+    group = parser.add_argument_group("HTTP limits (docs/transports/budgets.md)")
+    for key, (_, _, what) in LIMIT_OPTIONS.items():
+        group.add_argument(f"--{key}", metavar="N", help=what)
+
+
+def limit_options(args: argparse.Namespace) -> dict[str, str]:
+    """The :data:`LIMIT_OPTIONS` given on a command line, as option words."""
+    out = {}
+    for key in LIMIT_OPTIONS:
+        value = getattr(args, key.replace("-", "_"), None)
+        if value is not None:
+            out[key] = str(value)
+    return out
+
+
 @dataclass
 class GuardStats:
     head_timeouts: int = 0
@@ -86,6 +147,9 @@ class HttpGuard:
         # handler -> the timer that closes it unless a request head arrives first
         self.waiting: collections.OrderedDict[Any, asyncio.TimerHandle] = \
             collections.OrderedDict()
+        # address -> its waiting handlers, longest-waiting first (so an accept
+        # costs the same however many connections wait)
+        self.waiting_from: dict[str, dict[Any, None]] = {}
 
     # --- connections ------------------------------------------------------------
 
@@ -100,10 +164,9 @@ class HttpGuard:
             return
         peer = transport.get_extra_info("peername")
         src = str(peer[0]) if peer else ""
-        mine = [h for h in self.waiting if self.source.get(h) == src] \
-            if src and src not in self.limits.trusted else []
+        mine = self.waiting_from.get(src, {}) if src not in self.limits.trusted else {}
         if len(mine) >= self.limits.per_source:
-            self._evict(mine[0])  # its own longest-waiting connection
+            self._evict(next(iter(mine)))  # its own longest-waiting connection
             self.stats.evicted_same_source += 1
         elif len(self.open) >= self.limits.max_connections or \
                 len(self.waiting) >= self.limits.max_waiting:
@@ -125,14 +188,26 @@ class HttpGuard:
         loop = asyncio.get_running_loop()
         self.waiting[handler] = loop.call_later(self.limits.head_timeout_s, self._expire,
                                                 handler)
+        src = self.source.get(handler)
+        if src:
+            self.waiting_from.setdefault(src, {})[handler] = None
 
-    def _stop_waiting(self, handler: Any) -> None:
+    def _stop_waiting(self, handler: Any) -> bool:
+        """Take ``handler`` off the waiting lists; whether it was on them."""
         timer = self.waiting.pop(handler, None)
-        if timer is not None:
-            timer.cancel()
+        if timer is None:
+            return False
+        timer.cancel()
+        src = self.source.get(handler)
+        mine = self.waiting_from.get(src) if src else None
+        if mine is not None:
+            mine.pop(handler, None)
+            if not mine:
+                del self.waiting_from[src]
+        return True
 
     def _expire(self, handler: Any) -> None:
-        if self.waiting.pop(handler, None) is not None:
+        if self._stop_waiting(handler):
             self.stats.head_timeouts += 1
             _close(handler)
 

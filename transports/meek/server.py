@@ -52,7 +52,13 @@ from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
-from transports.common.httpguard import HttpGuard, HttpLimits
+from transports.common.httpguard import (
+    LIMIT_OPTIONS,
+    HttpGuard,
+    add_limit_arguments,
+    limit_options,
+    limits_from_options,
+)
 from transports.common.pipes import spawn, stream_pair
 from transports.common.servertls import server_tls
 from transports.common.weblisten import Listening
@@ -88,6 +94,9 @@ class MeekConfig:
     max_sessions: int = field(default_factory=default_max_sessions)
     # One address may hold half the sessions: a flood from one place churns its own.
     max_sessions_per_source: int = 0  # 0: half of max_sessions
+    # The HTTP limits an operator set (httpguard.LIMIT_OPTIONS words), applied when
+    # the server listens, after the descriptor budget is known.
+    http_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def per_source_cap(self) -> int:
@@ -339,17 +348,19 @@ async def listen(server: MeekServer, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
     # The edge carries everyone's polls: it gets no per-address share of the
     # connections that wait for a request head.
-    guard = HttpGuard(HttpLimits(trusted=server.config.trusted_edges))
+    guard = HttpGuard(limits_from_options(server.config.http_options, "meek server",
+                                          trusted=server.config.trusted_edges))
     return await weblisten.listen(server.app, host, port, ssl_context, guard)
 
 
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS`` or the CLI): ``cert``/``key``
     (without them, plain HTTP behind a CDN, like ``--disable-tls``), ``turnaround-ms``,
-    ``staleness`` (seconds), ``trusted-edge`` (comma-separated addresses), and the
-    caps ``max-sessions`` and ``max-sessions-per-source``."""
+    ``staleness`` (seconds), ``trusted-edge`` (comma-separated addresses), the
+    caps ``max-sessions`` and ``max-sessions-per-source``, and the HTTP limits
+    (``http-head-timeout``, ``http-max-connections``, ...: httpguard.LIMIT_OPTIONS)."""
     known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge", "max-sessions",
-             "max-sessions-per-source"}
+             "max-sessions-per-source", *LIMIT_OPTIONS}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"meek server: unknown option {unknown[0]!r} "
@@ -375,6 +386,8 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"meek server: {key} must be a whole number of at least 1")
             setattr(cfg, attr, int(value))
+    cfg.http_options = {k: v for k, v in options.items() if k in LIMIT_OPTIONS}
+    limits_from_options(cfg.http_options, "meek server")  # refuse a bad value now
     return cfg, server_tls(options.get("cert"), options.get("key"), "meek server")
 
 
@@ -426,9 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--staleness", default=str(STALENESS_S), help="seconds")
     p.add_argument("--trusted-edge", action="append", default=[],
                    help="address of a front whose Meek-IP / X-Forwarded-For count")
+    p.add_argument("--max-sessions", help="sessions in all (default: from the budget)")
+    p.add_argument("--max-sessions-per-source", help="sessions one address may hold")
+    add_limit_arguments(p)
     args = p.parse_args(argv)
     options = {"turnaround-ms": args.turnaround_ms, "staleness": args.staleness,
-               "trusted-edge": ",".join(args.trusted_edge)}
+               "trusted-edge": ",".join(args.trusted_edge), **limit_options(args)}
+    for key in ("max-sessions", "max-sessions-per-source"):
+        if getattr(args, key.replace("-", "_")) is not None:
+            options[key] = getattr(args, key.replace("-", "_"))
     if args.cert or args.key:
         options.update(cert=args.cert or "", key=args.key or "")
     try:

@@ -42,6 +42,13 @@ from ptcommon.events import EventLog, run_until_stopped
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
+from transports.common.httpguard import (
+    LIMIT_OPTIONS,
+    HttpGuard,
+    add_limit_arguments,
+    limit_options,
+    limits_from_options,
+)
 from transports.common.relay import relay
 from transports.common.servertls import server_tls
 from transports.common.weblisten import Listening
@@ -99,6 +106,8 @@ class BridgeConfig:
     max_streams: int = field(default_factory=lambda: max(16, (descriptor_budget() - RESERVE)
                                                          // 2))
     max_streams_per_client: int = 16
+    # The HTTP limits an operator set (httpguard.LIMIT_OPTIONS words).
+    http_options: dict[str, str] = field(default_factory=dict)
     clock: Callable[[], float] = field(default=time.monotonic)
 
 
@@ -307,7 +316,8 @@ class SnowflakeBridge:
 
 async def listen(bridge: SnowflakeBridge, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
-    return await weblisten.listen(bridge.app, host, port, ssl_context)
+    guard = HttpGuard(limits_from_options(bridge.config.http_options, "snowflake server"))
+    return await weblisten.listen(bridge.app, host, port, ssl_context, guard)
 
 
 class SnowflakeServerFactory:
@@ -328,18 +338,45 @@ class SnowflakeServerFactory:
         return await listen(SnowflakeBridge(self.config, to_tor), host, port, self.ssl_context)
 
 
-def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFactory:
-    """Server options (TOR_PT_SERVER_TRANSPORT_OPTIONS): ``cert``/``key`` for TLS,
-    ``queue-timeout`` and ``keepalive-timeout`` in seconds."""
-    args = dict(args or {})
-    ctx = server_tls(args.get("cert"), args.get("key"), "snowflake server")
+#: The bridge's caps an operator may set: option word -> BridgeConfig field.
+CAP_OPTIONS = {"max-clients": "max_clients", "max-streams": "max_streams",
+               "max-streams-per-client": "max_streams_per_client"}
+OPTIONS = {"cert", "key", "queue-timeout", "keepalive-timeout", *CAP_OPTIONS, *LIMIT_OPTIONS}
+
+
+def config_from_options(options: dict[str, str]) -> BridgeConfig:
+    """``queue-timeout`` and ``keepalive-timeout`` in seconds, the caps
+    ``max-clients``, ``max-streams`` and ``max-streams-per-client``, and the HTTP
+    limits (httpguard.LIMIT_OPTIONS). ValueError, in one line, for anything else."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise ValueError(f"snowflake server: unknown option {unknown[0]!r} "
+                         f"(known: {', '.join(sorted(OPTIONS))})")
     try:
         cfg = BridgeConfig(
-            queue_timeout_s=float(args.get("queue-timeout", QUEUE_TIMEOUT_S)),
-            keepalive_timeout_s=float(args.get("keepalive-timeout", SERVER_KEEPALIVE_TIMEOUT_S)))
+            queue_timeout_s=float(options.get("queue-timeout", QUEUE_TIMEOUT_S)),
+            keepalive_timeout_s=float(options.get("keepalive-timeout",
+                                                  SERVER_KEEPALIVE_TIMEOUT_S)))
     except ValueError:
         raise ValueError("snowflake server: timeouts must be numbers of seconds") from None
-    return SnowflakeServerFactory(cfg, ctx)
+    for key, attr in CAP_OPTIONS.items():
+        if key in options:
+            value = str(options[key])
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"snowflake server: {key} must be a whole number of at "
+                                 f"least 1, not {value!r}")
+            setattr(cfg, attr, int(value))
+    cfg.http_options = {k: str(v) for k, v in options.items() if k in LIMIT_OPTIONS}
+    limits_from_options(cfg.http_options, "snowflake server")  # refuse a bad value now
+    return cfg
+
+
+def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFactory:
+    """Server options (TOR_PT_SERVER_TRANSPORT_OPTIONS): ``cert``/``key`` for TLS, and
+    what :func:`config_from_options` reads."""
+    args = dict(args or {})
+    ctx = server_tls(args.pop("cert", None), args.pop("key", None), "snowflake server")
+    return SnowflakeServerFactory(config_from_options(args), ctx)
 
 
 
@@ -349,8 +386,8 @@ async def _serve_forever(args, stop: asyncio.Event) -> int:
     if args.cert:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(args.cert, args.key)
-    cfg = BridgeConfig(dest=split_hostport(args.dest), queue_timeout_s=args.queue_timeout,
-                       keepalive_timeout_s=args.keepalive_timeout)
+    cfg = args.config
+    cfg.dest = split_hostport(args.dest)
     bridge = SnowflakeBridge(cfg)
     host, port = split_hostport(args.listen)
     try:
@@ -380,11 +417,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", help="TLS private key (PEM)")
     p.add_argument("--queue-timeout", type=float, default=QUEUE_TIMEOUT_S)
     p.add_argument("--keepalive-timeout", type=float, default=SERVER_KEEPALIVE_TIMEOUT_S)
+    p.add_argument("--max-clients", help=f"ClientIDs remembered (default {MAX_CLIENTS})")
+    p.add_argument("--max-streams", help="open streams in all (default: from the budget)")
+    p.add_argument("--max-streams-per-client", help="open streams per ClientID (default 16)")
+    add_limit_arguments(p)
     args = p.parse_args(argv)
     if bool(args.cert) != bool(args.key):
         p.error("--cert and --key go together")
+    options = {"queue-timeout": str(args.queue_timeout),
+               "keepalive-timeout": str(args.keepalive_timeout), **limit_options(args)}
+    for key in CAP_OPTIONS:
+        if getattr(args, key.replace("-", "_")) is not None:
+            options[key] = getattr(args, key.replace("-", "_"))
     try:
         split_hostport(args.listen), split_hostport(args.dest)
+        args.config = config_from_options(options)
     except ValueError as exc:
         p.error(str(exc))
     return run_until_stopped("snowflake-bridge", lambda stop: _serve_forever(args, stop))

@@ -3,12 +3,22 @@ an early 413, on a real aiohttp server on loopback (timers shortened)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 import aiohttp
+import pytest
 from aiohttp import web
 
-from transports.common.httpguard import HttpGuard, HttpLimits, serve
+from transports.common.httpguard import (
+    LIMIT_OPTIONS,
+    HttpGuard,
+    HttpLimits,
+    add_limit_arguments,
+    limit_options,
+    limits_from_options,
+    serve,
+)
 
 
 async def start(limits: HttpLimits, slow_s: float = 0.0):
@@ -144,10 +154,44 @@ async def test_a_flood_from_one_address_churns_its_own_connections_only():
         await asyncio.sleep(0.2)
         from_flood = [h for h in guard.waiting if guard.source[h] == "127.77.0.1"]
         assert len(from_flood) == 10 and guard.stats.evicted_same_source == 90
+        assert list(guard.waiting_from["127.77.0.1"]) == from_flood  # oldest first
         honest_w.write(b"Host: x\r\nConnection: close\r\n\r\n")  # still there
         answer = await asyncio.wait_for(honest_r.read(), 5)
         assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"hello")
         for w in flood:
             w.close()
+        await asyncio.sleep(0.2)
+        assert guard.waiting_from == {} and not guard.waiting  # nothing left behind
     finally:
         await stop(runner, server)
+
+
+def test_every_limit_is_an_option_with_a_flag():
+    p = argparse.ArgumentParser()
+    add_limit_arguments(p)
+    args = p.parse_args(["--http-head-timeout", "5.5", "--http-max-connections", "300",
+                         "--http-max-waiting-per-source", "3"])
+    words = limit_options(args)
+    assert words == {"http-head-timeout": "5.5", "http-max-connections": "300",
+                     "http-max-waiting-per-source": "3"}
+    limits = limits_from_options(words, "test", trusted=("198.18.0.9",))
+    assert (limits.head_timeout_s, limits.max_connections, limits.per_source) == (5.5, 300, 3)
+    assert limits.trusted == ("198.18.0.9",) and limits.keepalive_s == 20.0  # the rest default
+    assert {f for f, _, _ in LIMIT_OPTIONS.values()} == {
+        "head_timeout_s", "body_timeout_s", "keepalive_s", "max_body", "max_waiting",
+        "max_waiting_per_source", "max_connections"}  # every field but `trusted`
+
+
+def test_an_operators_value_wins_over_the_servers_own():
+    assert limits_from_options({"http-max-body": "4096"}, "t", max_body=100).max_body == 4096
+    assert limits_from_options({}, "t", max_body=100).max_body == 100
+
+
+@pytest.mark.parametrize("key, bad", [("http-max-connections", "0"),
+                                      ("http-max-connections", "2.5"),
+                                      ("http-head-timeout", "-1"), ("http-keepalive", "soon"),
+                                      ("http-max-body", "")])
+def test_a_bad_limit_is_refused_in_one_line_naming_it(key, bad):
+    with pytest.raises(ValueError, match=f"^broker: {key} must be a positive") as err:
+        limits_from_options({key: bad}, "broker")
+    assert "\n" not in str(err.value)

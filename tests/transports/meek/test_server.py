@@ -280,3 +280,32 @@ def test_the_caps_are_options():
     for bad in ("0", "x"):
         with pytest.raises(ValueError, match="max-sessions"):
             config_from_options({"max-sessions": bad})
+
+
+async def test_the_http_limits_are_options_that_reach_the_listener():
+    from transports.meek.server import MeekServer, config_from_options, listen
+
+    cfg, _ = config_from_options({"http-max-connections": "77", "http-head-timeout": "3",
+                                  "trusted-edge": "198.18.0.40"})
+    up = Upstream()
+    await up.start()
+    listening = await listen(MeekServer(cfg, up.dial), "127.0.0.1", 0)
+    try:
+        limits = listening.guard.limits
+        assert (limits.max_connections, limits.head_timeout_s) == (77, 3.0)
+        assert limits.trusted == ("198.18.0.40",)  # the edge has no per-address share
+    finally:
+        await listening.aclose()
+        up.server.close()
+    with pytest.raises(ValueError, match="^meek server: http-head-timeout must be a positive"):
+        config_from_options({"http-head-timeout": "0"})
+
+
+def test_the_command_line_takes_every_cap(capsys):
+    from transports.meek.server import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--listen", "127.0.0.1:0", "--dest", "127.0.0.1:9", "--max-sessions", "5",
+              "--http-max-waiting", "none"])
+    assert exit_.value.code == 2
+    assert "http-max-waiting must be a positive whole number" in capsys.readouterr().err

@@ -304,3 +304,34 @@ async def test_at_the_stream_cap_the_biggest_holder_loses_its_oldest_stream():
         await newcomer.close()
         await listening.aclose()
         srv.close()
+
+
+async def test_the_caps_and_http_limits_are_options_that_reach_the_listener():
+    cfg = sfserver.config_from_options({"max-clients": "300", "max-streams": "40",
+                                        "max-streams-per-client": "2",
+                                        "http-max-connections": "90", "queue-timeout": "5"})
+    assert (cfg.max_clients, cfg.max_streams, cfg.max_streams_per_client) == (300, 40, 2)
+    assert cfg.queue_timeout_s == 5.0
+    listening = await sfserver.listen(sfserver.SnowflakeBridge(cfg), "127.0.0.1", 0)
+    try:
+        assert listening.guard.limits.max_connections == 90
+    finally:
+        await listening.aclose()
+
+
+@pytest.mark.parametrize("options, complaint", [
+    ({"max-streams": "0"}, "max-streams must be a whole number of at least 1"),
+    ({"http-keepalive": "-2"}, "http-keepalive must be a positive number"),
+    ({"max-client": "3"}, "unknown option 'max-client'"),
+])
+def test_a_bad_option_is_refused_in_one_line(options, complaint):
+    with pytest.raises(ValueError, match=f"^snowflake server: {complaint}"):
+        sfserver.server_factory_from_args(options)
+
+
+def test_the_command_line_takes_every_cap(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sfserver.main(["--listen", "127.0.0.1:0", "--dest", "127.0.0.1:9",
+                       "--max-streams-per-client", "x"])
+    assert exit_.value.code == 2
+    assert "max-streams-per-client must be a whole number" in capsys.readouterr().err
