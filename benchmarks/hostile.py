@@ -23,7 +23,19 @@ Attacks so far:
   and again 10 s after the flood;
 * ``unread-streams``: ``--streams`` Turbo Tunnel streams (1,000) to the
   Snowflake bridge, each asking the upstream for an endless download and never
-  reading a byte of it (16 to a ClientID, the bridge's cap).
+  reading a byte of it (16 to a ClientID, the bridge's cap);
+* ``resets``: connections that send their opening (random bytes, or the start
+  of an HTTP head) and are then reset (SO_LINGER 0: an RST, not a FIN), in
+  waves of 100 that keep coming while the legitimate exchange runs, until at
+  least ``--resets`` (3,000) were sent: every read the server has pending ends
+  in ECONNRESET, which must be a quiet line, never a traceback;
+* ``malformed``: ``--malformed`` (2,000) requests that parse as nothing the
+  server speaks, from 32 clients at once while the legitimate exchange runs:
+  for the meek server and the broker, HTTP heads with bad request lines,
+  header lines and lengths, bodies that are not a meek session's or JSON; for
+  the Snowflake bridge, WebSocket upgrades followed by frames of random bytes
+  (a Turbo Tunnel preamble that is not one, KCP that is not KCP) or by a frame
+  that breaks WebSocket's own rules.
 
 The legitimate client is our own: a 64 KiB byte-exact echo through obfs4,
 ScrambleSuit, meek or the Snowflake bridge (each as a managed-mode PT server;
@@ -42,9 +54,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import os
+import random
 import resource
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -57,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ptlab.ptparent import parse_method  # noqa: E402
 from transports import base as transports  # noqa: E402
 from transports.snowflake.carriers import WebSocketCarrier  # noqa: E402
+from transports.snowflake.turbotunnel import TOKEN  # noqa: E402
 from transports.snowflake.turbotunnel.redial import TurboTunnelSession  # noqa: E402
 
 EXCHANGE = os.urandom(64 * 1024)
@@ -69,7 +86,9 @@ ATTACKER = "127.77.0.1"
 async def start_upstream() -> tuple[asyncio.Server, int]:
     """Echo, or (first byte ``F``) an endless download: the "fast upstream"."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        # Cancelled too: asyncio.run cancels the downloads still running at its end.
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError,
+                                 asyncio.CancelledError):
             first = await reader.readexactly(1)
             if first == b"F":
                 while True:
@@ -371,9 +390,154 @@ class UnreadStreams(Junk):
         await asyncio.sleep(1.0)
 
 
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close with an RST: SO_LINGER on, zero seconds, then abort."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+@dataclass
+class Resets(Junk):
+    """Waves of 100 connections that send their opening and are reset, from start()
+    until stop(), and at least ``count`` in all."""
+
+    http: bool = False
+    task: asyncio.Task | None = None
+    sent: int = 0
+    stopping: bool = False
+
+    def opening(self) -> bytes:
+        return b"POST / HTTP/1.1\r\nHost: example.com\r\n" if self.http else os.urandom(37)
+
+    async def _one(self, host: str, port: int) -> None:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, local_addr=(ATTACKER, 0)), 10)
+        except (OSError, TimeoutError):
+            self.refused += 1
+            return
+        writer.write(self.opening())
+        await asyncio.sleep(0.02)  # let the server start reading
+        reset(writer)
+        self.sent += 1
+
+    async def _flood(self, host: str, port: int) -> None:
+        while not (self.stopping and self.sent >= self.count):
+            await asyncio.gather(*(self._one(host, port) for _ in range(100)))
+
+    async def start(self, host: str, port: int) -> None:
+        self.task = asyncio.create_task(self._flood(host, port))
+        await asyncio.sleep(0.5)  # under way before the legitimate client comes
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self.task is not None:
+            await self.task
+        await asyncio.sleep(0.5)
+
+
+#: Requests no server of ours speaks: request lines, header lines and lengths that
+#: break HTTP, and bodies that are not a meek session's or the broker's JSON.
+BAD_HTTP = (
+    b"GET\x00/ HTTP/1.1\r\n\r\n",
+    b"POST / HTTP/9.9\r\nHost: x\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n",
+    b"POST / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: x\r\nX-Session-Id: \xff\xfe../..\r\nContent-Length: 4\r\n"
+    b"\r\njunk",
+    b"POST /client HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"offer\":",
+    b"POST /proxy HTTP/1.1\r\nHost: x\r\nContent-Length: 18\r\n\r\n{\"Sid\": [1, 2, 3]}",
+    b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n\x00\x01\x02\x03",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),  # TLS to a plain port
+)
+
+
+def websocket_upgrade(host: str, port: int) -> bytes:
+    key = base64.b64encode(os.urandom(16))
+    return (f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n").encode() + \
+        b"Sec-WebSocket-Key: " + key + b"\r\n\r\n"
+
+
+def ws_frame(payload: bytes, opcode: int = 2, masked: bool = True) -> bytes:
+    """One WebSocket frame (RFC 6455 §5.2); a client's must be masked."""
+    head = bytes([0x80 | opcode])
+    n = len(payload)
+    length = bytes([n]) if n < 126 else b"\x7e" + struct.pack("!H", n)
+    if not masked:
+        return head + length + payload
+    mask = os.urandom(4)
+    return (head[:1] + bytes([length[0] | 0x80]) + length[1:] + mask
+            + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+@dataclass
+class Malformed(Junk):
+    """``count`` malformed requests from 32 clients at once, from start() on."""
+
+    websocket: bool = False
+    task: asyncio.Task | None = None
+    sent: int = 0
+    answered: int = 0
+    rng: random.Random = field(default_factory=lambda: random.Random(29))
+
+    def request(self, host: str, port: int) -> bytes:
+        if not self.websocket:
+            return self.rng.choice(BAD_HTTP)
+        garbage = self.rng.randbytes(self.rng.randrange(1, 1200))
+        frames = self.rng.choice((
+            ws_frame(garbage),  # not a Turbo Tunnel preamble
+            ws_frame(TOKEN + garbage),  # Turbo Tunnel's token, then not a ClientID and KCP
+            ws_frame(garbage, masked=False),  # a client frame must be masked
+            ws_frame(garbage[:10], opcode=0x3),  # a reserved opcode
+            ws_frame(b"\xff" * 200, opcode=0x9),  # a control frame over 125 bytes
+        ))
+        return websocket_upgrade(host, port) + frames
+
+    async def _one(self, host: str, port: int) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, local_addr=(ATTACKER, 0)), 10)
+        except (OSError, TimeoutError):
+            self.refused += 1
+            return
+        try:
+            writer.write(self.request(host, port))
+            self.sent += 1
+            if await asyncio.wait_for(reader.read(4096), 3):
+                self.answered += 1
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def _flood(self, host: str, port: int) -> None:
+        async def worker() -> None:
+            while self.sent + self.refused < self.count:
+                await self._one(host, port)
+        await asyncio.gather(*(worker() for _ in range(32)))
+
+    async def start(self, host: str, port: int) -> None:
+        self.task = asyncio.create_task(self._flood(host, port))
+        await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            await self.task
+        await asyncio.sleep(0.5)
+
+
 ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker": "slowloris",
            "meek-sessions": "sessions", "meek-rate": "session-rate", "snowflake": "slowloris",
-           "snowflake-streams": "unread-streams"}
+           "snowflake-streams": "unread-streams", "obfs4-resets": "resets",
+           "meek-resets": "resets", "snowflake-resets": "resets", "broker-resets": "resets",
+           "meek-malformed": "malformed", "broker-malformed": "malformed",
+           "snowflake-malformed": "malformed"}
 
 
 @dataclass
@@ -392,7 +556,7 @@ class RowResult:
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
                   workdir: Path, rate: float = 0.0) -> RowResult:
     echo, echo_port = await start_upstream()
-    if name == "broker":
+    if name.split("-")[0] == "broker":
         server = start_broker(workdir, nofile)
         server.robots = await broker_robots(server, timeout_s)
     else:
@@ -414,6 +578,10 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         elif attack == "session-rate":
             junk = MeekSessions(attack_count, rate=rate, after_s=10.0 if attack_count > 1000
                                 else 1.0)
+        elif attack == "resets":
+            junk = Resets(attack_count, http=server.name in ("meek", "broker", "snowflake"))
+        elif attack == "malformed":
+            junk = Malformed(attack_count, websocket=server.name == "snowflake")
         else:
             junk = (Slowloris if attack == "slowloris" else Junk)(attack_count)
         await junk.start(server.host, server.port)
@@ -443,14 +611,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=100.0, help="new meek sessions a second")
     p.add_argument("--streams", type=int, default=1000, help="unread bridge streams")
     p.add_argument("--rate-s", type=float, default=30.0, help="seconds of new sessions")
+    p.add_argument("--resets", type=int, default=3000, help="connections reset (RST)")
+    p.add_argument("--malformed", type=int, default=2000, help="malformed requests")
     p.add_argument("--nofile", type=int, default=1024, help="the servers' descriptor limit")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
     p.add_argument("--quick", action="store_true", help="a smaller attack, for CI")
     args = p.parse_args(argv)
-    if min(args.junk, args.slowloris, args.sessions) < 1 or args.nofile < 64 or \
-            args.rate <= 0 or args.rate_s < 2:
-        p.error("--junk, --slowloris and --sessions must be at least 1, --nofile at least "
-                "64, --rate above 0 and --rate-s at least 2")
+    if min(args.junk, args.slowloris, args.sessions, args.resets, args.malformed) < 1 or \
+            args.nofile < 64 or args.rate <= 0 or args.rate_s < 2:
+        p.error("--junk, --slowloris, --sessions, --resets and --malformed must be at least "
+                "1, --nofile at least 64, --rate above 0 and --rate-s at least 2")
     unknown = set(args.servers.split(",")) - set(ATTACKS) - {""}
     if unknown:
         p.error(f"unknown servers {sorted(unknown)} (known: {', '.join(ATTACKS)})")
@@ -460,7 +630,9 @@ def main(argv: list[str] | None = None) -> int:
                               else (args.sessions, args.rate, args.rate_s))
     counts = {"junk": junk, "slowloris": slow, "sessions": sessions,
               "session-rate": int(rate * rate_s),
-              "unread-streams": 100 if args.quick else args.streams}
+              "unread-streams": 100 if args.quick else args.streams,
+              "resets": 500 if args.quick else args.resets,
+              "malformed": 300 if args.quick else args.malformed}
     # This process holds every attacking connection: give it room.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(soft, max(junk, slow) * 2 + 256)
@@ -476,10 +648,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(asyncio.run(run_row(name, counts[ATTACKS[name]], nofile, args.timeout,
                                             Path(tmp) / name, rate)))
     print(f"servers under a descriptor limit of {nofile}")
-    print(f"{'server':<14} {'attack':<18} {'during':<18} {'after':<18} {'RSS MiB':>8} "
+    print(f"{'server':<20} {'attack':<18} {'during':<18} {'after':<18} {'RSS MiB':>8} "
           f"{'fds':>6} {'log B':>9} {'tracebacks':>10} {'addresses':>9}")
     for r in rows:
-        print(f"{r.server:<14} {r.attack:<18} {r.during:<18} {r.after:<18} "
+        print(f"{r.server:<20} {r.attack:<18} {r.during:<18} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10} "
               f"{r.addresses:>9}")
     bad = [r for r in rows if r.during != "ok" or r.after != "ok" or r.tracebacks

@@ -66,7 +66,10 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
     """CI's subset of issue 29's benchmark, each server under a 256-descriptor limit:
     300 silent junk connections to obfs4 and ScrambleSuit, 400 unfinished HTTP heads
     to the meek server, the broker and the Snowflake bridge, 400 idle meek sessions,
-    new meek sessions at 100 a second for 4 s, and 100 unread bridge streams."""
+    new meek sessions at 100 a second for 4 s, 100 unread bridge streams, and, while
+    the legitimate client runs, 500 reset connections to obfs4, the meek server, the
+    bridge and the broker and 300 malformed requests to the meek server, the broker
+    and the bridge."""
     assert load("hostile").main(["--quick"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [r[:3] for r in rows] == [["obfs4", "junk", "x300"], ["scramblesuit", "junk", "x300"],
@@ -75,7 +78,14 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
                                      ["meek-sessions", "sessions", "x400"],
                                      ["meek-rate", "session-rate", "x400"],
                                      ["snowflake", "slowloris", "x400"],
-                                     ["snowflake-streams", "unread-streams", "x100"]]
+                                     ["snowflake-streams", "unread-streams", "x100"],
+                                     ["obfs4-resets", "resets", "x500"],
+                                     ["meek-resets", "resets", "x500"],
+                                     ["snowflake-resets", "resets", "x500"],
+                                     ["broker-resets", "resets", "x500"],
+                                     ["meek-malformed", "malformed", "x300"],
+                                     ["broker-malformed", "malformed", "x300"],
+                                     ["snowflake-malformed", "malformed", "x300"]]
     for r in rows:
         assert r[3:5] == ["ok", "ok"], r  # during the flood, and after it
         assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks

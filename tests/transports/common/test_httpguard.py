@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import sys
 
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
+from transports.common.budget import QuietErrors
 from transports.common.httpguard import (
     LIMIT_OPTIONS,
     HttpGuard,
     HttpLimits,
+    PrivateServerLog,
     add_limit_arguments,
     limit_options,
     limits_from_options,
@@ -195,3 +200,56 @@ def test_a_bad_limit_is_refused_in_one_line_naming_it(key, bad):
     with pytest.raises(ValueError, match=f"^broker: {key} must be a positive") as err:
         limits_from_options({key: bad}, "broker")
     assert "\n" not in str(err.value)
+
+
+def _record(exc: BaseException) -> logging.LogRecord:
+    try:
+        raise exc
+    except BaseException:  # noqa: BLE001 - building a record with its traceback
+        info = sys.exc_info()
+    return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1,
+                             "Error handling request from %s", ("198.18.7.7",), info)
+
+
+def test_parse_errors_and_vanished_clients_become_one_counted_line_a_second():
+    lines: list[str] = []
+    clock = [100.0]
+    quiet = PrivateServerLog(QuietErrors(lines.append, clock=lambda: clock[0]))
+    for _ in range(5):
+        assert quiet.filter(_record(BadHttpMessage("bad header"))) is False
+    assert quiet.filter(_record(ConnectionResetError("Connection lost"))) is False
+    assert lines == ["a malformed HTTP request was answered 400 (BadHttpMessage)",
+                     "a client went away during its request (ConnectionResetError)"]
+    clock[0] += 1.5
+    quiet.filter(_record(BadHttpMessage("again")))
+    assert lines[-1] == ("a malformed HTTP request was answered 400 (BadHttpMessage) "
+                         "(4 more like it suppressed)")
+    assert not any("198.18.7.7" in line for line in lines)
+
+
+def test_any_other_error_keeps_its_traceback_but_not_the_address():
+    record = _record(RuntimeError("a bug of ours"))
+    assert PrivateServerLog(QuietErrors(lambda line: None)).filter(record) is True
+    assert record.getMessage() == "Error handling request" and record.exc_info is not None
+    other = logging.LogRecord("aiohttp.server", logging.INFO, __file__, 1, "something else",
+                              (), None)
+    assert PrivateServerLog().filter(other) is True  # not ours to touch
+
+
+async def test_a_served_app_logs_no_address_and_no_traceback_for_bad_requests(caplog):
+    caplog.set_level(logging.DEBUG)
+    guard, runner, server, port = await start(HttpLimits())
+    try:
+        for bad in (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n",
+                    b"GET / HTTP/1.1\r\nno colon here\r\n\r\n"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                           local_addr=("127.77.0.2", 0))
+            writer.write(bad)
+            answer = await asyncio.wait_for(reader.read(), 5)
+            status = answer.split(b"\r\n")[0]
+            assert status in (b"HTTP/1.0 400 Bad Request", b"HTTP/1.1 400 Bad Request")
+            writer.close()
+    finally:
+        await stop(runner, server)
+    assert "127.77.0.2" not in caplog.text and "Traceback" not in caplog.text
+    assert "a malformed HTTP request was answered 400" in caplog.text
