@@ -12,17 +12,20 @@ Printed per proxy and count: the aggregate goodput (all bytes over the time
 from the first transfer's start to the last one's end), each client's share
 (the slowest, median and fastest client's goodput), and the proxy's peak
 resident memory, CPU time over the transfer and peak open descriptors, read
-from /proc. The shipped unit (``contrib/ptlab-snowflake-proxy.service``)
-caps the proxy at ``MemoryMax``; its value is printed beside the peak.
+from /proc, its worker processes included (``--workers 1 2`` runs ours with
+each number of session workers: ``ptlab snowflake-proxy -workers N``). The
+shipped unit (``contrib/ptlab-snowflake-proxy.service``) caps the proxy at
+``MemoryMax``; its value is printed beside the peak.
 
 Run as root: ``.venv/bin/python benchmarks/snowflake_clients.py [--clients 1 5 20 50
---kb 2048]``.
+--kb 2048 --workers 1]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import statistics
@@ -76,6 +79,23 @@ def descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its children (the proxy's session workers)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return [pid, *(int(k) for k in kids)]
+
+
+def tree_sum(measure, pid: int) -> float:
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            total += measure(p)
+    return total
+
+
 @dataclass
 class Watch:
     """Peak memory and descriptors of one process, sampled every 0.1 s."""
@@ -86,11 +106,8 @@ class Watch:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> None:
-        try:
-            self.peak_rss = max(self.peak_rss, rss_bytes(self.pid))
-            self.peak_fds = max(self.peak_fds, descriptors(self.pid))
-        except OSError:
-            pass
+        self.peak_rss = max(self.peak_rss, int(tree_sum(rss_bytes, self.pid)))
+        self.peak_fds = max(self.peak_fds, int(tree_sum(descriptors, self.pid)))
 
     def run(self) -> None:
         while not self.stop.wait(0.1):
@@ -149,12 +166,13 @@ async def one_client(lab, port: int, n: int, seed: int, start: Start
         writer.close()
 
 
-async def cell(lab, out: Path, which: str, clients: int, kb: int) -> Cell:
+async def cell(lab, out: Path, which: str, clients: int, kb: int, workers: int = 1) -> Cell:
     from tests.support.snowflakelab import Rig
 
     rig = Rig(lab, out)
     try:
-        proxy = (rig.our_proxy if which == "ours" else rig.debian_proxy)(0)
+        proxy = (rig.our_proxy(0, "-workers", str(workers)) if which == "ours"
+                 else rig.debian_proxy(0))
         await asyncio.to_thread(rig.wait_available, 1)
         ports = [rig.debian_client(i) for i in range(clients)]
         watch = Watch(proxy.pid)
@@ -169,11 +187,11 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int) -> Cell:
         while start.opened + len(start.failed) < clients:
             await asyncio.sleep(0.1)
         setup = time.monotonic() - t_open
-        cpu0 = cpu_seconds(proxy.pid)
+        cpu0 = tree_sum(cpu_seconds, proxy.pid)
         drops0 = {node: udp_drops(lab, node) for node in ("proxy0", "client")}
         start.go.set()
         results = [r for r in await asyncio.gather(*tasks) if r is not None]
-        cpu = cpu_seconds(proxy.pid) - cpu0
+        cpu = tree_sum(cpu_seconds, proxy.pid) - cpu0
         drops = {node: udp_drops(lab, node) - d for node, d in drops0.items()}
         watch.stop.set()
         watch.sample()
@@ -189,21 +207,23 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int) -> Cell:
         rig.close()
 
 
-async def main(counts: list[int], kb: int) -> None:
+async def main(counts: list[int], kb: int, workers: list[int] | None = None) -> None:
     from netns.lab import Lab
     from netns.topology import default_topology
 
     limit = unit_memory_max()
     lab = Lab(default_topology(proxies=1)).up()
     rows: dict[tuple[str, int], Cell] = {}
+    variants = [(f"ours×{w}" if w > 1 else "ours", "ours", w) for w in workers or [1]]
+    variants.append(("debian", "debian", 1))
     try:
         with tempfile.TemporaryDirectory(prefix="ptl-sfclients-") as tmp:
             for clients in counts:
-                for which in ("ours", "debian"):
-                    out = Path(tmp) / f"{which}-{clients}"
+                for label, which, w in variants:
+                    out = Path(tmp) / f"{label}-{clients}"
                     out.mkdir()
-                    c = rows[(which, clients)] = await cell(lab, out, which, clients, kb)
-                    print(f"{which:6s} {clients:3d} clients: {c.aggregate_mb_s:6.2f} MB/s "
+                    c = rows[(label, clients)] = await cell(lab, out, which, clients, kb, w)
+                    print(f"{label:6s} {clients:3d} clients: {c.aggregate_mb_s:6.2f} MB/s "
                           f"aggregate, {c.exact}/{clients} byte-exact; per client "
                           f"min {c.shares[0]:.2f} median {statistics.median(c.shares):.2f} "
                           f"max {c.shares[-1]:.2f} MB/s; peak RSS {c.peak_rss / 2**20:.0f} MiB "
@@ -218,12 +238,14 @@ async def main(counts: list[int], kb: int) -> None:
         lab.down()
     print(f"\n{kb} KiB each way per client; ours ÷ Debian's aggregate:")
     for clients in counts:
-        o, d = rows[("ours", clients)], rows[("debian", clients)]
-        print(f"  {clients:3d} clients: ours {o.aggregate_mb_s:6.2f}  "
-              f"Debian {d.aggregate_mb_s:6.2f}"
-              f"  ratio {o.aggregate_mb_s / d.aggregate_mb_s:5.2f}   peak RSS ours "
-              f"{o.peak_rss / 2**20:.0f} MiB, Debian {d.peak_rss / 2**20:.0f} MiB; "
-              f"within MemoryMax: {'yes' if o.peak_rss < limit else 'NO'}")
+        d = rows[("debian", clients)]
+        for label, _, _ in variants[:-1]:
+            o = rows[(label, clients)]
+            print(f"  {clients:3d} clients: {label} {o.aggregate_mb_s:6.2f}  "
+                  f"Debian {d.aggregate_mb_s:6.2f}"
+                  f"  ratio {o.aggregate_mb_s / d.aggregate_mb_s:5.2f}   peak RSS {label} "
+                  f"{o.peak_rss / 2**20:.0f} MiB, Debian {d.peak_rss / 2**20:.0f} MiB; "
+                  f"within MemoryMax: {'yes' if o.peak_rss < limit else 'NO'}")
 
 
 if __name__ == "__main__":
@@ -231,5 +253,9 @@ if __name__ == "__main__":
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 5, 20, 50])
     ap.add_argument("--kb", type=int, default=2048, help="KiB each way per client")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1],
+                    help="run ours with each number of session workers")
     a = ap.parse_args()
-    asyncio.run(main(a.clients, a.kb))
+    if min(a.workers) < 1:
+        ap.error("--workers: at least 1")
+    asyncio.run(main(a.clients, a.kb, a.workers))

@@ -77,6 +77,52 @@ async def test_debian_client_through_our_proxy_and_bridge(rig, sflab):
     print(f"debian client: 20 MB each way in {took:.1f} s")
 
 
+def udp_sockets(pid: int) -> int:
+    """UDP sockets (IPv4 and IPv6) that process ``pid`` holds."""
+    from pathlib import Path
+
+    inodes = set()
+    for table in ("udp", "udp6"):
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        inodes |= {line.split()[9] for line in lines}
+    fds = Path(f"/proc/{pid}/fd")
+    held = []
+    for fd in fds.iterdir():
+        try:
+            held.append(fd.readlink().name)
+        except OSError:
+            continue
+    return sum(1 for h in held if h.startswith("socket:[") and h[8:-1] in inodes)
+
+
+@needs_debian
+async def test_two_clients_are_served_by_two_worker_processes(rig, sflab):
+    """``-workers 2``: the proxy polls, each match goes to the least loaded worker, so
+    two clients at once are relayed by two processes (each holds its ICE socket),
+    byte-exact both ways."""
+    from pathlib import Path
+
+    proxy = rig.our_proxy(0, "-workers", "2")
+    ports = [rig.debian_client(i) for i in range(2)]
+    streams = [await socks_open(sflab, port, None) for port in ports]
+    transfers = [asyncio.create_task(upload_and_download(r, w, 5 * MB, seed=20 + i))
+                 for i, (r, w) in enumerate(streams)]
+    for _ in range(300):
+        if len(rig.attaches()) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    pid = proxy.proc.pid
+    workers = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    held = {w: udp_sockets(w) for w in workers}
+    took = await asyncio.gather(*transfers)  # each checks its SHA-256 both ways
+    for _, w in streams:
+        w.close()
+    assert len(workers) == 2 and all(n >= 1 for n in held.values()), held
+    assert udp_sockets(pid) == 0  # the polling process relays nobody itself
+    assert len(rig.attaches()) >= 2  # two sessions at the bridge
+    print(f"two clients through two workers: 5 MB each way in {max(took):.1f} s")
+
+
 async def test_session_survives_killing_the_proxy_in_use(rig, sflab):
     proxies = {sflab.addr(f"proxy{i}"): rig.our_proxy(i) for i in range(3)}
     port = rig.our_client()

@@ -143,13 +143,13 @@ class Rig:
             p.wait_log(ready, 30)
         return p
 
-    def our_proxy(self, i: int) -> LabProcess:
+    def our_proxy(self, i: int, *extra: str) -> LabProcess:
         return self._start(f"proxy{i}", [
             sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", self.broker_url,
             "-relay", self.relay_url, "-allowed-relay-hostname-pattern",
             f"^{self.lab.addr('bridge')}$", "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN,
             "-poll-interval", "1", "-nat-probe-server", "",
-            "-unsafe-logging"], name=f"our-proxy{i}")
+            "-unsafe-logging", *extra], name=f"our-proxy{i}")
 
     def debian_proxy(self, i: int) -> LabProcess:
         return self._start(f"proxy{i}", [

@@ -6,7 +6,8 @@ the broker's ``NextPoll`` (2.14) or a 5 s interval between polls; an answer
 only after ICE gathering completes (no trickle), with local candidates
 stripped; the relay URL checked first (:mod:`.relaycheck`); the data channel
 must open within 20 s, and a relay silent toward the client for 30 s ends the
-session. Sessions run concurrently, like 2.14's, up to ``capacity``.
+session. Sessions run concurrently, like 2.14's, up to ``capacity``, in this process
+or spread over worker processes (:mod:`.proxyworkers`).
 
 The defaults are Tor's public settings, so a volunteer can run it as is;
 tests always override them. Client addresses never reach the log unless
@@ -107,6 +108,8 @@ class SnowflakeProxy:
         self.nat = config.nat  # what the polls report
         self._unroutable_logged: set[str] = set()  # each such STUN server logged once
         self._windows = SharedReceiveWindow()  # one receive budget for all clients
+        # Worker processes that serve the sessions (.proxyworkers); None: this one does.
+        self.workers: Any = None
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
@@ -154,7 +157,8 @@ class SnowflakeProxy:
                         if resp.next_poll_ms is not None:
                             wait = max(1.0, resp.next_poll_ms / 1000)
                         if resp.status == m.STATUS_MATCH:
-                            task = asyncio.create_task(self.session(sid, resp))
+                            serve = self.workers.session if self.workers else self.session
+                            task = asyncio.create_task(serve(sid, resp))
                             self.sessions.add(task)
                             task.add_done_callback(self.sessions.discard)
                             sid = new_sid()

@@ -26,6 +26,7 @@ from transports.common.budget import QuietErrors, raise_nofile_limit
 
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
+from .proxyworkers import SessionWorkers
 from .udpports import PortRange, PortRangeEventLoop
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
@@ -66,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-ephemeral-ports-range", default="",
                    help='ICE UDP ports range (format: "<min>:<max>")')
     p.add_argument("-capacity", type=int, default=0, help="maximum clients (0: unlimited)")
+    p.add_argument("-workers", type=int, default=1,
+                   help="processes that serve clients, to use more than one core (ours; "
+                        "default 1: clients are served in this process)")
     p.add_argument("-poll-interval", type=go_duration, default=d.poll_interval_s,
                    help="time between polls (default 5s)")
     p.add_argument("-nat", choices=NAT_TYPES, default=d.nat)
@@ -83,8 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-metrics-address", default="localhost")
     p.add_argument("-metrics-port", type=int, default=9999)
     args = p.parse_args(argv)
-    if args.capacity < 0 or args.poll_interval <= 0:
-        p.error("-capacity must be >= 0 and -poll-interval > 0")
+    if args.capacity < 0 or args.poll_interval <= 0 or args.workers < 1:
+        p.error("-capacity must be >= 0, -poll-interval > 0 and -workers >= 1")
     args.ports = None
     if args.ephemeral_ports_range:
         try:
@@ -113,6 +117,10 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 async def _run(args: argparse.Namespace) -> None:
     cfg = config_from_args(args)
     proxy = SnowflakeProxy(cfg)
+    if args.workers > 1:
+        proxy.workers = await SessionWorkers(cfg, args.workers, proxy.stats,
+                                             args.ephemeral_ports_range or None,
+                                             args.verbose).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -134,21 +142,29 @@ async def _run(args: argparse.Namespace) -> None:
     # running out is one line a second (transports/common/budget.py).
     budget = raise_nofile_limit()
     QuietErrors(log.warning).install(loop)
-    log.info("proxy starting (broker %s; descriptor budget %d)", cfg.broker, budget)
+    log.info("proxy starting (broker %s; descriptor budget %d; %d worker process%s)",
+             cfg.broker, budget, args.workers, "" if args.workers == 1 else "es")
     try:
         await proxy.run(stop)
     finally:
+        if proxy.workers is not None:
+            await proxy.workers.close()
         if runner is not None:
             await runner.cleanup()
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """aioice and aiortc log every candidate pair at info: only with -verbose."""
+    if not verbose:
+        for noisy in ("aioice", "aiortc"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(message)s")
-    if not args.verbose:
-        for noisy in ("aioice", "aiortc"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_libraries(args.verbose)
     ports = args.ports
     try:
         with asyncio.Runner(loop_factory=(lambda: PortRangeEventLoop(ports)) if ports

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -241,8 +242,10 @@ async def test_stopping_ends_every_client_session():
     assert len(ended) == 3 and proxy.clients == 0
 
 
-def test_sigterm_stops_the_proxy_cleanly():
-    """The CLI under SIGTERM: exit status 0 within seconds, and no traceback."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_stops_the_proxy_cleanly(workers):
+    """The CLI under SIGTERM: exit status 0 within seconds, no traceback, and (with
+    worker processes) no worker left behind."""
     import signal
     import subprocess
     import sys
@@ -251,12 +254,16 @@ def test_sigterm_stops_the_proxy_cleanly():
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "ptlab", "snowflake-proxy", "-broker", "http://127.0.0.1:9/",
-         "-relay", "ws://127.0.0.1:9/", "-allow-non-tls-relay", "-nat-probe-server", ""],
+         "-relay", "ws://127.0.0.1:9/", "-allow-non-tls-relay", "-nat-probe-server", "",
+         "-workers", str(workers)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=Path(__file__).resolve().parents[3])
+    children: list[str] = []
     try:
-        time.sleep(2)  # started, and polling the absent broker
+        time.sleep(2.5)  # started, and polling the absent broker
         assert proc.poll() is None, proc.communicate()[1][-2000:]
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == (0 if workers == 1 else workers)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
     finally:
@@ -265,3 +272,6 @@ def test_sigterm_stops_the_proxy_cleanly():
             proc.communicate()
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
+    assert f"{workers} worker process" in err
+    time.sleep(0.2)
+    assert [c for c in children if Path(f"/proc/{c}").exists()] == []
