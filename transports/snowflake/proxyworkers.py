@@ -48,6 +48,7 @@ class _Worker:
         self.pending: dict[int, asyncio.Future[None]] = {}
         self.counters: dict[str, int] = dict.fromkeys(WORKER_COUNTERS, 0)
         self.reader: asyncio.Task[None] | None = None
+        self.dead = False  # its pipe ended: no new session goes to it
 
 
 class SessionWorkers:
@@ -86,8 +87,12 @@ class SessionWorkers:
         return [len(w.pending) for w in self.workers]
 
     async def session(self, sid: str, match: m.ProxyPollResponse) -> None:
-        """Serve one match on the least loaded worker; return when it ends there."""
-        worker = min(self.workers, key=lambda w: len(w.pending))
+        """Serve one match on the least loaded worker; return when it ends there (at
+        once if no worker is alive: one being started again)."""
+        live = [w for w in self.workers if not w.dead]
+        if not live:
+            return
+        worker = min(live, key=lambda w: len(w.pending))
         self._next_id += 1
         sid_no = self._next_id
         done = asyncio.get_running_loop().create_future()
@@ -128,17 +133,19 @@ class SessionWorkers:
                         fut.set_result(None)
             except (ValueError, KeyError, TypeError):
                 log.warning("session worker: unreadable line ignored")
-        await worker.proc.wait()
+        worker.dead = True  # before any await: no session can be added from here on
+        lost = len(worker.pending)
         for fut in worker.pending.values():
             if not fut.done():
                 fut.set_result(None)
+        await worker.proc.wait()
         if self._closing or worker not in self.workers:
             return
         for name in WORKER_COUNTERS:
             self.gone[name] += worker.counters[name]
         worker.counters = dict.fromkeys(WORKER_COUNTERS, 0)
         log.warning("session worker exited (status %s) with %d clients; starting another",
-                    worker.proc.returncode, len(worker.pending))
+                    worker.proc.returncode, lost)
         self.restarts += 1
         self.workers[self.workers.index(worker)] = await self._spawn()
         self._count()
