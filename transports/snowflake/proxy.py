@@ -25,7 +25,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -39,6 +39,9 @@ from .rwndshare import SharedReceiveWindow
 from .sdputil import client_ip, strip_local_candidates
 from .stunroute import routable_stun
 from .summary import summary_line
+
+if TYPE_CHECKING:
+    from .proxyworkers import SessionWorkers
 
 log = logging.getLogger("snowflake-proxy")
 
@@ -109,7 +112,7 @@ class SnowflakeProxy:
         self._unroutable_logged: set[str] = set()  # each such STUN server logged once
         self._windows = SharedReceiveWindow()  # one receive budget for all clients
         # Worker processes that serve the sessions (.proxyworkers); None: this one does.
-        self.workers: Any = None
+        self.workers: SessionWorkers | None = None
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
