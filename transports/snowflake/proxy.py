@@ -316,11 +316,8 @@ class SnowflakeProxy:
         async with self._http.ws_connect(url, autoping=True, max_msg_size=0) as ws:
             async def up() -> None:
                 while (data := await upstream.get()) is not None:
-                    data, ended = take_queued(upstream, data)
                     self.stats.inbound_bytes += len(data)
                     await ws.send_bytes(data)
-                    if ended:
-                        return
 
             async def down() -> None:
                 nonlocal last_down
@@ -344,30 +341,6 @@ class SnowflakeProxy:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 channel.close()
-
-
-#: The most bytes of queued data-channel messages joined into one WebSocket message.
-COALESCE_MAX = 64 * 1024
-
-
-def take_queued(queue: asyncio.Queue[bytes | None], first: bytes,
-                limit: int = COALESCE_MAX) -> tuple[bytes, bool]:
-    """``first`` and the messages already waiting behind it, joined, up to ``limit``
-    bytes; and whether the end (None) was among them. The client and the bridge
-    both read the data channel and the WebSocket as one byte stream (Turbo Tunnel's
-    encapsulation is length-prefixed), so message boundaries carry nothing; one
-    WebSocket message for many saves a write (a system call) per message, which
-    was 8 % of a busy worker's time (docs/transports/snowflake.md §3.9)."""
-    if queue.empty():
-        return first, False
-    parts, size = [first], len(first)
-    while size < limit and not queue.empty():
-        more = queue.get_nowait()
-        if more is None:
-            return b"".join(parts), True
-        parts.append(more)
-        size += len(more)
-    return b"".join(parts), False
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

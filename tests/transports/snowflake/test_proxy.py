@@ -275,19 +275,3 @@ def test_sigterm_stops_the_proxy_cleanly(workers):
     assert f"{workers} worker process" in err
     time.sleep(0.2)
     assert [c for c in children if Path(f"/proc/{c}").exists()] == []
-
-
-def test_queued_messages_are_joined_in_order_up_to_the_limit_and_the_end_is_seen():
-    from transports.snowflake.proxy import take_queued
-
-    q: asyncio.Queue = asyncio.Queue()
-    assert take_queued(q, b"lone") == (b"lone", False)  # nothing waiting: as it came
-    for part in (b"b" * 10, b"c" * 10, b"d" * 10):
-        q.put_nowait(part)
-    assert take_queued(q, b"a" * 10, limit=25) == (b"a" * 10 + b"b" * 10 + b"c" * 10, False)
-    assert take_queued(q, q.get_nowait()) == (b"d" * 10, False)  # the rest, next time
-    q.put_nowait(b"tail")
-    q.put_nowait(None)
-    q.put_nowait(b"never")  # after the end: not taken
-    assert take_queued(q, b"head") == (b"headtail", True)
-    assert q.get_nowait() == b"never"
