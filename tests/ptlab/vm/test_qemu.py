@@ -3,6 +3,7 @@ and ``down`` finding every qemu of ours (by name) even when ``up`` died half-way
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -101,15 +102,18 @@ def test_a_killed_up_leaves_nothing_once_down_has_run(tmp_path):
             f"qemu.up(image.Image(Path({str(img.dir)!r}), image.default_inputs()), "
             f"Path({str(state)!r}), accel='tcg')")
     up = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    # qemu -daemonize forks: for a moment a machine's qemu is two processes (the
-    # parent waits for its child to start), so wait for exactly three.
-    deadline = time.monotonic() + 60
-    while len(qemu.our_qemu_pids(state)) != 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert len(qemu.our_qemu_pids(state)) >= 3
-    os.killpg(up.pid, signal.SIGKILL)
-    up.wait()
-    qemu.down(state)
+    try:
+        # qemu -daemonize forks: for a moment a machine's qemu is two processes (the
+        # parent waits for its child to start), so wait for exactly three.
+        deadline = time.monotonic() + 60
+        while len(qemu.our_qemu_pids(state)) != 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(qemu.our_qemu_pids(state)) >= 3
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(up.pid, signal.SIGKILL)  # 'vm up' killed while the VMs boot
+        up.wait()
+        qemu.down(state)  # what is tested; and no VM outlives a failed assertion
     assert qemu.our_qemu_pids(state) == []
     assert [p.name for p in Path(state).iterdir() if p.name != "ssh"] == []
 
