@@ -273,16 +273,22 @@ class Junk:
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     refused: int = 0
 
+    async def connect(self, host: str, port: int
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection from the attackers' address; None (counted) if refused."""
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(
+                host, port, local_addr=(ATTACKER, 0)), 10)
+        except (OSError, TimeoutError):
+            self.refused += 1
+            return None
+
     async def start(self, host: str, port: int) -> None:
         async def one() -> None:
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(
-                    host, port, local_addr=(ATTACKER, 0)), 10)
-            except (OSError, TimeoutError):
-                self.refused += 1
+            if (conn := await self.connect(host, port)) is None:
                 return
-            writer.write(self.opening())
-            self.writers.append(writer)
+            conn[1].write(self.opening())
+            self.writers.append(conn[1])
         for i in range(0, self.count, 100):
             await asyncio.gather(*(one() for _ in range(min(100, self.count - i))))
 
@@ -413,12 +419,9 @@ class Resets(Junk):
         return b"POST / HTTP/1.1\r\nHost: example.com\r\n" if self.http else os.urandom(37)
 
     async def _one(self, host: str, port: int) -> None:
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(
-                host, port, local_addr=(ATTACKER, 0)), 10)
-        except (OSError, TimeoutError):
-            self.refused += 1
+        if (conn := await self.connect(host, port)) is None:
             return
+        writer = conn[1]
         writer.write(self.opening())
         await asyncio.sleep(0.02)  # let the server start reading
         reset(writer)
@@ -500,12 +503,9 @@ class Malformed(Junk):
         return websocket_upgrade(host, port) + frames
 
     async def _one(self, host: str, port: int) -> None:
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                host, port, local_addr=(ATTACKER, 0)), 10)
-        except (OSError, TimeoutError):
-            self.refused += 1
+        if (conn := await self.connect(host, port)) is None:
             return
+        reader, writer = conn
         try:
             writer.write(self.request(host, port))
             self.sent += 1
