@@ -1,4 +1,4 @@
-"""The floor under any NFQUEUE censor: the same queue rules, no engine.
+"""The floor under any NFQUEUE (or NFLOG) censor: the same rules, no engine.
 
 Run by ``benchmarks/censor.py`` in the censor's namespace, beside the real
 censor, so the two are measured side by side on the same machine. It installs
@@ -10,10 +10,14 @@ everything is accepted. What is left is the kernel's price for handing a packet
 to a process and back, plus the Python of one callback. A censor that does
 any work per packet cannot go below it.
 
-On SIGTERM it prints one JSON line: packets queued, and its CPU split into
-user and kernel time.
+With ``tap`` it is the floor of an on-path censor instead: the same rules
+with the NFLOG target, a reader that drains the copies (``censor_sim.nflog``)
+and looks at nothing, while the kernel forwards the packets on its own.
 
-Usage: ``python benchmarks/nfqueue_floor.py INSIDE OUTSIDE`` as root.
+On SIGTERM it prints one JSON line: packets queued (or copies read), and its
+CPU split into user and kernel time.
+
+Usage: ``python benchmarks/nfqueue_floor.py INSIDE OUTSIDE [queue|tap [BATCH]]`` as root.
 """
 
 from __future__ import annotations
@@ -30,32 +34,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from censor_sim import datapath  # noqa: E402
 
 
-def main(inside: str, outside: str) -> int:
-    from netfilterqueue import NetfilterQueue
-
+def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") -> int:
     queued = 0
+    if mechanism == "tap":
+        from censor_sim import nflog
 
-    def on_packet(p) -> None:
-        nonlocal queued
-        queued += 1
-        data = p.get_payload()
-        ihl = (data[0] & 0x0F) * 4
-        proto = data[9]
-        has_payload = proto == 17 or (
-            proto == 6 and len(data) > ihl + ((data[ihl + 12] >> 4) * 4))
-        if has_payload:
-            p.set_mark(datapath.MARK_ACCEPT)
-        p.accept()
+        reader = nflog.Reader([datapath.QUEUE_C2S, datapath.QUEUE_S2C], threshold=int(batch),
+                              timeout_cs=0 if int(batch) == 1 else 1)
 
-    queues = []
-    for num in (datapath.QUEUE_C2S, datapath.QUEUE_S2C):
-        q = NetfilterQueue()
-        q.bind(num, on_packet, max_len=8192)
-        queues.append(q)
-    datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True))
-    by_fd = {q.get_fd(): q for q in queues}
+        def drain() -> None:
+            nonlocal queued
+            queued += len(reader.read())
+
+        sources = {reader.fileno(): drain}
+        closers = [reader.close]
+    else:
+        from netfilterqueue import NetfilterQueue
+
+        def on_packet(p) -> None:
+            nonlocal queued
+            queued += 1
+            data = p.get_payload()
+            ihl = (data[0] & 0x0F) * 4
+            proto = data[9]
+            has_payload = proto == 17 or (
+                proto == 6 and len(data) > ihl + ((data[ihl + 12] >> 4) * 4))
+            if has_payload:
+                p.set_mark(datapath.MARK_ACCEPT)
+            p.accept()
+
+        sources, closers = {}, []
+        for num in (datapath.QUEUE_C2S, datapath.QUEUE_S2C):
+            q = NetfilterQueue()
+            q.bind(num, on_packet, max_len=8192)
+            sources[q.get_fd()] = lambda q=q: q.run(block=False)
+            closers.append(q.unbind)
+    datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True,
+                                                mechanism=mechanism, tap_batch=int(batch)))
     poller = select.epoll()
-    for fd in by_fd:
+    for fd in sources:
         poller.register(fd, select.EPOLLIN)
     stopping = False
 
@@ -71,14 +88,14 @@ def main(inside: str, outside: str) -> int:
         while not stopping:
             try:
                 for fd, _ in poller.poll(0.2):
-                    by_fd[fd].run(block=False)
+                    sources[fd]()
             except InterruptedError:
                 continue
     finally:
         end = os.times()
         datapath.remove()
-        for q in queues:
-            q.unbind()
+        for close in closers:
+            close()
         user, kernel = end.user - start.user, end.system - start.system
         print(json.dumps({"event": "counters", "queued": queued, "user_s": round(user, 3),
                           "sys_s": round(kernel, 3),
@@ -90,4 +107,4 @@ def main(inside: str, outside: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1], sys.argv[2]))
+    raise SystemExit(main(*sys.argv[1:5]))

@@ -1,7 +1,8 @@
 """``python -m censor_sim --config FILE``: the censor process of the censor namespace.
 
 It installs the kernel datapath for a profile, binds the NFQUEUE queues that
-carry the first packets of undecided flows, runs the policy engine on them,
+carry the first packets of undecided flows (or, for an on-path profile, the
+NFLOG groups that carry copies of them), runs the policy engine on them,
 injects forged packets, and reports every detection, action and probe as a
 JSON line. On SIGTERM it reports its final counters, CPU time and per-packet
 cost, then removes everything it installed.
@@ -26,7 +27,7 @@ from typing import Any
 
 from ptcommon.events import EventLog
 
-from . import datapath, packet
+from . import datapath, gcpolicy, packet
 from .actions import Verdict
 from .engine import Effects, Engine, unsupported
 from .injector import Injector
@@ -116,19 +117,45 @@ class LiveEffects(Effects):
             self.block_server(flow["server"], flow["server_port"], flow["proto"])
 
 
-class QueueRunner:
-    """NFQUEUE → engine → verdicts, injections and per-packet accounting."""
+class Runner:
+    """What both ways of seeing packets share: the engine, the injector, and
+    the accounting of where each packet's time goes."""
 
-    def __init__(self, engine: Engine, on_path: bool) -> None:
+    mechanism = ""
+
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.on_path = on_path
         self.injector = Injector()
         self.queued = 0
         self.busy_s = 0.0
-        # Where a queued packet's time goes: reading it (copy and parse), the
-        # engine, and the verdict (and any injection) back to the kernel.
+        # Where a packet's time goes: reading it (copy and parse), the engine,
+        # and what follows (the verdict, or the batch's marks, and any injection).
         self.parse_s = self.engine_s = 0.0
         self.errors = 0
+
+    def _error(self, exc: Exception) -> None:
+        # A censor bug must not wedge the datapath: count it, report it, go on.
+        self.errors += 1
+        emit("error", error=f"{type(exc).__name__}: {exc}")
+
+    def _inject(self, v: Verdict) -> None:
+        for spec in v.inject:
+            self.injector.send(spec)
+
+    def counters(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism}
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.injector.close()
+
+
+class QueueRunner(Runner):
+    """In-path: NFQUEUE → engine → a verdict on the very packet, which waits."""
+
+    mechanism = "nfqueue"
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
         self.queues: list[Any] = []
 
     def bind(self) -> None:
@@ -155,7 +182,7 @@ class QueueRunner:
         for q in self.queues:
             loop.remove_reader(q.get_fd())
             q.unbind()
-        self.injector.close()
+        super().close(loop)
 
     def on_packet(self, nfpkt, from_client: bool) -> None:
         clock = time.perf_counter
@@ -166,11 +193,6 @@ class QueueRunner:
             if pkt is None:
                 nfpkt.accept()
                 return
-            if self.on_path:  # a tap: the real packet goes on, forgeries race it
-                nfpkt.accept()
-                v = self.engine.handle(pkt, from_client)
-                self._inject(v)
-                return
             t1 = clock()
             v = self.engine.handle(pkt, from_client)
             t2 = clock()
@@ -178,19 +200,14 @@ class QueueRunner:
             self.engine_s += t2 - t1
             self._inject(v)
             self._verdict(nfpkt, v)
-        except Exception as exc:  # a censor bug must not wedge the queue
-            self.errors += 1
-            emit("error", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            self._error(exc)
             try:
                 nfpkt.accept()
             except Exception:
                 pass
         finally:
             self.busy_s += time.perf_counter() - t0
-
-    def _inject(self, v: Verdict) -> None:
-        for spec in v.inject:
-            self.injector.send(spec)
 
     @staticmethod
     def _verdict(nfpkt, v: Verdict) -> None:
@@ -208,6 +225,103 @@ class QueueRunner:
             if mark:
                 nfpkt.set_mark(mark)
             nfpkt.accept()
+
+
+MARKED_CAP = 65536
+
+
+class TapRunner(Runner):
+    """On-path: NFLOG copies → engine; the packets themselves never wait.
+
+    Forgeries race the real packets, as an injector's do. A flow's decision
+    (drop, throttle, freeze, loss) goes into its conntrack mark, written for a
+    whole batch of copies at once; until then its packets pass, which is the
+    tap's race with the flow. An "accept" is not written: the connbytes budget
+    already ends the copies of a flow after its first packets, and a mark per
+    flow would cost a message per flow for nothing.
+    """
+
+    mechanism = "nflog"
+
+    def __init__(self, engine: Engine, batch: int = 1, wait_cs: int = 0) -> None:
+        super().__init__(engine)
+        self.batch, self.wait_cs = batch, wait_cs
+        # Connections already marked: a decided flow's packets that were copied
+        # before its mark took effect come back with the same decision.
+        self.marked: set[frozenset] = set()
+        self.reader: Any = None
+        self.marker: Any = None
+
+    def bind(self) -> None:
+        from . import ctmark, nflog
+
+        self.reader = nflog.Reader([datapath.QUEUE_C2S, datapath.QUEUE_S2C],
+                                   threshold=self.batch, timeout_cs=self.wait_cs)
+        self.marker = ctmark.Marker(datapath.FLOW_MASK)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_reader(self.reader.fileno(), self._drain)
+
+    def _drain(self) -> None:
+        clock = time.perf_counter
+        c2s = datapath.QUEUE_C2S
+        marks: dict[tuple, int] = {}
+        handle, parse = self.engine.handle, packet.parse
+        t_batch = clock()
+        try:
+            copies = self.reader.read()
+        except OSError as exc:
+            self._error(exc)
+            return
+        t_read = clock()
+        per_copy = (t_read - t_batch) / len(copies) if copies else 0.0
+        self.parse_s += t_read - t_batch
+        self.queued += len(copies)
+        for group, data in copies:
+            t0 = clock()
+            try:
+                pkt = parse(data)
+                if pkt is None:
+                    continue
+                t1 = clock()
+                v = handle(pkt, group == c2s)
+                self.parse_s += t1 - t0
+                self.engine_s += clock() - t1
+                self._inject(v)
+                mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
+                if mark and v.flow != "accept":
+                    conn = frozenset(((pkt.src, pkt.sport), (pkt.dst, pkt.dport), pkt.proto))
+                    if conn not in self.marked:
+                        if len(self.marked) >= MARKED_CAP:
+                            self.marked.clear()  # forgetting costs only a repeated mark
+                        self.marked.add(conn)
+                        marks[pkt.flow_tuple()] = mark
+            except Exception as exc:
+                self._error(exc)
+            finally:
+                self.busy_s += clock() - t0 + per_copy
+        if marks:
+            t0 = clock()
+            try:
+                self.marker.mark(list(marks.items()))
+            except OSError as exc:
+                self._error(exc)
+            self.busy_s += clock() - t0
+        sys.stdout.flush()
+
+    def counters(self) -> dict[str, Any]:
+        return {**super().counters(),
+                "marks_written": self.marker.written if self.marker else 0,
+                "marks_missing": self.marker.missing if self.marker else 0,
+                "copy_overruns": self.reader.overruns if self.reader else 0}
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.reader is not None:
+            loop.remove_reader(self.reader.fileno())
+            self.reader.close()
+        if self.marker is not None:
+            self.marker.close()
+        super().close(loop)
 
 
 async def run(config: dict, poll: float) -> None:
@@ -242,14 +356,20 @@ async def run(config: dict, poll: float) -> None:
         queue = datapath.QueueConfig(config["inside"], config["outside"],
                                      None if every else int(dp.get("inspect_packets", 12)),
                                      skip_empty_tcp=payload_only and not every
-                                     and dp.get("skip_empty_tcp", True))
+                                     and dp.get("skip_empty_tcp", True),
+                                     mechanism="tap" if on_path else "queue",
+                                     tap_batch=int(dp.get("tap_batch", 1)),
+                                     # The kernel counts in hundredths; round up.
+                                     tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10))
     throttle = None
     if "throttle" in profile.actions:
         t = profile.actions["throttle"]
         rate = int(float(t.get("rate_kbps", 140)) * 1000 / 8)
         throttle = datapath.Throttle(rate, int(t.get("burst_bytes", max(rate // 4, 3000))))
     loop = asyncio.get_running_loop()
-    runner = QueueRunner(engine, on_path)
+    runner: QueueRunner | TapRunner = QueueRunner(engine)
+    if on_path and queue is not None:
+        runner = TapRunner(engine, queue.tap_batch, queue.tap_wait_cs)
     sysctls: dict[str, str] = {}
     injects = engine.packet_censor is not None or any(
         {"rst", "inject_dns"} & set(r.actions) for r in engine.rules.values())
@@ -277,6 +397,7 @@ async def run(config: dict, poll: float) -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        gcpolicy.for_packet_loop()
         cpu_at_ready = time.process_time()
         times_at_ready = os.times()
         emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
@@ -315,7 +436,8 @@ async def run(config: dict, poll: float) -> None:
              user_per_packet_us=round(user_s / n * 1e6, 2) if n else None,
              per_packet_split_us={k: round(v / n * 1e6, 2) for k, v in split.items()}
              if n else None,
-             injected=runner.injector.sent, engine=engine.stats, errors=runner.errors)
+             injected=runner.injector.sent, engine=engine.stats, errors=runner.errors,
+             **runner.counters())
     finally:
         datapath.remove()
         datapath.restore_sysctls(sysctls)

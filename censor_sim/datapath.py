@@ -13,7 +13,10 @@ The kernel forwards. Two pieces of state live in the censor's network namespace:
 * iptables-nft chain ``ptlcensor`` in the mangle table (this kernel has no nft
   ``queue`` statement, so the xtables NFQUEUE target is used): the first
   packets of each *undecided* flow (conntrack mark 0, at most ``inspect_packets``
-  packets by connbytes) go to userspace, on one queue per direction. A flow the
+  packets by connbytes) go to userspace, on one queue per direction. An
+  on-path censor gets copies instead (the NFLOG target, one log group per
+  direction) while the kernel forwards the packets, and writes its decisions
+  into the conntrack mark over ctnetlink. A flow the
   engine has decided is offloaded by conntrack mark, as OpenGFW does, so bulk
   traffic never touches Python. Profiles that need every packet (Geneva's TCB
   censors) drop the connbytes and mark conditions.
@@ -100,6 +103,15 @@ class QueueConfig:
     outside: str
     inspect_packets: int | None = 12
     skip_empty_tcp: bool = False
+    # "queue": NFQUEUE, the packet waits for the verdict (an in-path censor);
+    # "tap": NFLOG, the kernel forwards the packet and hands the censor a copy
+    # (an on-path censor, which decides by conntrack marks: censor_sim.ctmark).
+    mechanism: str = "queue"
+    # The tap's batching: the kernel sends copies when `tap_batch` wait, or
+    # `tap_wait_cs` hundredths of a second after the first. The packets never
+    # wait; only the censor's view of them (and so its forgeries) is later.
+    tap_batch: int = 1
+    tap_wait_cs: int = 0
 
 
 @dataclass
@@ -254,10 +266,15 @@ def queue_rules(q: QueueConfig) -> list[list[str]]:
                 "--connbytes-dir", "both", "--connbytes-mode", "packets"]
     if q.skip_empty_tcp:
         cond += ["-m", "mark", "!", "--mark", f"{MARK_EMPTY:#x}/{MARK_EMPTY:#x}"]
+    def target(num: int) -> list[str]:
+        if q.mechanism == "tap":
+            return ["-j", "NFLOG", "--nflog-group", str(num), "--nflog-threshold",
+                    str(q.tap_batch)]
+        return ["-j", "NFQUEUE", "--queue-num", str(num)]
+
     return [
-        ["-A", CHAIN, "-i", q.inside, *cond, "-j", "NFQUEUE", "--queue-num", str(QUEUE_C2S)],
-        ["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, "-j", "NFQUEUE",
-         "--queue-num", str(QUEUE_S2C)],
+        ["-A", CHAIN, "-i", q.inside, *cond, *target(QUEUE_C2S)],
+        ["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, *target(QUEUE_S2C)],
     ]
 
 

@@ -341,6 +341,11 @@ def unsupported(profile: Any) -> str | None:
                 return f"policy.rules[{i}].probability: only 1.0 is implemented for ip_blocklist"
     if profile.datapath.get("mode", "in-path") not in ("in-path", "on-path"):
         return "datapath.mode: must be 'in-path' or 'on-path'"
+    for key, low, high in (("tap_batch", 1, 1024), ("tap_wait_ms", 0, 1000)):
+        value = profile.datapath.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not low <= value <= high):
+            return f"datapath.{key}: must be a whole number from {low} to {high}"
     try:
         Engine(profile, clock=lambda: 0.0, rng=random.Random(0))
     except (ValueError, KeyError, TypeError) as exc:

@@ -152,9 +152,10 @@ class FlowTable:
         flow.state.clear()
 
     def _expire(self, now: float) -> None:
-        while self._flows:
-            key, oldest = next(iter(self._flows.items()))
-            if len(self._flows) > self.max_flows or now - oldest.last_seen > self.idle_s:
-                del self._flows[key]
+        flows = self._flows
+        while flows:
+            key = next(iter(flows))
+            if len(flows) > self.max_flows or now - flows[key].last_seen > self.idle_s:
+                del flows[key]
             else:
                 break

@@ -76,6 +76,11 @@ def profile_path(name: str) -> Path:
     return cand
 
 
+# In-path (NFQUEUE: the packet waits for the verdict) or on-path (NFLOG copies:
+# the tap, batched by `tap_batch` copies or `tap_wait_ms`).
+DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0}
+
+
 def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
     """Deep-merge `overrides` into a copy of `base`; every key must already exist."""
     out = copy.deepcopy(base)
@@ -124,6 +129,10 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None,
         if not raw.get(req):
             raise ProfileError(f"profile {path.name}: missing {req!r} (models cite a source)")
     full = {k: raw.get(k, {}) for k in ("detectors", "policy", "actions", "prober", "datapath")}
+    if isinstance(full["datapath"], dict):
+        # How the censor sees packets is every profile's to choose, so a spec can
+        # override these on any profile (docs/lab/censor.md §5).
+        full["datapath"] = {**DATAPATH_DEFAULTS, **full["datapath"]}
     if overrides:
         full = merge_overrides(full, overrides, where or f"censors.{raw['name']}")
     prof = Profile(raw["name"], raw.get("description", ""), raw["source"], path=path,

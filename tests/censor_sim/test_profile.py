@@ -52,3 +52,50 @@ def test_blocklist_refuses_unresolved_roles_and_junk():
         Blocklist.from_params({"addresses": ["not-an-ip"]})
     with pytest.raises(DatapathError, match="bad blocklist port"):
         Blocklist.from_params({"addresses": [], "ports": [70000]})
+
+
+def test_every_profile_can_be_run_as_a_tap_by_override():
+    from censor_sim.engine import unsupported
+
+    for name in ("gfw-fet-2021", "sni-blocklist", "ip-blocklist"):
+        prof = load_profile(name, {"datapath": {"mode": "on-path", "tap_batch": 64,
+                                                "tap_wait_ms": 10}})
+        assert prof.datapath["mode"] == "on-path" and prof.datapath["tap_batch"] == 64
+        assert unsupported(prof) is None
+    plain = load_profile("gfw-fet-2021")
+    assert (plain.datapath["mode"], plain.datapath["tap_batch"],
+            plain.datapath["tap_wait_ms"]) == ("in-path", 1, 0)
+
+
+@pytest.mark.parametrize(("key", "value"), [("tap_batch", 0), ("tap_batch", 1025),
+                                            ("tap_wait_ms", -1), ("tap_wait_ms", 1001)])
+def test_a_tap_batch_or_wait_out_of_range_is_refused_in_one_line(key, value):
+    from censor_sim.engine import unsupported
+
+    why = unsupported(load_profile("gfw-fet-2021", {"datapath": {key: value}}))
+    assert why is not None and why.startswith(f"datapath.{key}: must be a whole number")
+
+
+@pytest.mark.parametrize(("key", "value"), [("tap_batch", 1), ("tap_batch", 1024),
+                                            ("tap_wait_ms", 0), ("tap_wait_ms", 1000)])
+def test_tap_settings_at_their_bounds_are_taken(key, value):
+    from censor_sim.engine import unsupported
+
+    assert unsupported(load_profile("gfw-fet-2021", {"datapath": {key: value}})) is None
+
+
+def test_a_tap_batch_of_the_wrong_type_is_refused():
+    with pytest.raises(ProfileError, match="tap_batch: expected int"):
+        load_profile("gfw-fet-2021", {"datapath": {"tap_batch": "64"}})
+
+
+def test_the_tap_rules_log_copies_in_the_configured_batches():
+    from censor_sim.datapath import QueueConfig, queue_rules
+
+    tap = queue_rules(QueueConfig("in0", "out0", 8, mechanism="tap", tap_batch=64))
+    assert all(r[-6:] == ["-j", "NFLOG", "--nflog-group", r[-3], "--nflog-threshold", "64"]
+               for r in tap)
+    assert [r[-3] for r in tap] == ["10", "11"]
+    queue = queue_rules(QueueConfig("in0", "out0", 8))
+    assert [r[-4:] for r in queue] == [["-j", "NFQUEUE", "--queue-num", "10"],
+                                       ["-j", "NFQUEUE", "--queue-num", "11"]]

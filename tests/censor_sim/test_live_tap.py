@@ -1,0 +1,127 @@
+"""The on-path censor on the real datapath: NFLOG copies in, conntrack marks out.
+
+An in-path censor holds each inspected packet until its verdict; a tap
+(``datapath.mode = "on-path"``) reads copies while the kernel forwards the
+packets, so the trigger itself always gets through, and what follows is
+blocked by the kernel state the censor writes: a residual set entry, or the
+connection's conntrack mark over ctnetlink (docs/lab/censor.md §5).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from netns.nsenter import ns_socket
+
+pytestmark = pytest.mark.lab
+
+NOISE = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4  # not exempt by any rule
+HTTP = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+ON_PATH = {"datapath": {"mode": "on-path"}}
+
+
+def fet(action: str, **datapath) -> dict:
+    return {"policy": {"rules": [{"detector": "fet", "action": action, "probability": 1.0}]},
+            "actions": {"residual": {"seconds": [3.0]}},
+            "datapath": {"mode": "on-path", **datapath}}
+
+
+def connect(lab, server: str, port: int) -> socket.socket:
+    s = ns_socket(lab.ns("client"))
+    s.settimeout(2)
+    s.connect((server, port))
+    return s
+
+
+@pytest.mark.parametrize(("port", "batch"), [(7150, {}),
+                                            (7153, {"tap_batch": 64, "tap_wait_ms": 10})],
+                         ids=["one-copy-at-a-time", "batched"])
+def test_the_trigger_passes_and_the_residual_blocks_what_follows(
+        censor_lab, run_censor, echo, tcp, port, batch):
+    srv = censor_lab.addr("bridge")
+    server = echo([port])
+    censor = run_censor("gfw-fet-2021", fet("residual", **batch))
+    assert tcp(srv, port, [HTTP]) == "ok"  # exempt
+    # A tap cannot stop the packet it judges: the server gets it and echoes it.
+    assert tcp(srv, port, [NOISE]) == "ok"
+    assert (port, NOISE) in server.received
+    deadline = time.monotonic() + 2
+    while not censor.events("action") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tcp(srv, port, [HTTP], timeout=0.8) == "connect-timeout"  # the 3-tuple is blocked
+    final = censor.stop()
+    assert final["mechanism"] == "nflog"
+    assert final["counters"]["residual_drop"]["packets"] >= 1
+    [det] = [d for d in censor.events("detection") if d["flow"]["server_port"] == port]
+    assert det["detector"] == "fet" and det["actions"] == ["residual"]
+    # Copies stop once a flow's inspection budget is spent, as queued packets do.
+    assert 0 < final["queued"] < final["counters"]["forwarded"]["packets"]
+
+
+def test_a_flow_drop_reaches_the_kernel_as_a_conntrack_mark(censor_lab, run_censor, echo):
+    srv = censor_lab.addr("bridge")
+    echo([7151])
+    censor = run_censor("gfw-fet-2021", fet("drop"))
+    s = connect(censor_lab, srv, 7151)
+    try:
+        s.sendall(NOISE)
+        assert s.recv(100) == NOISE  # the trigger got through, and so did its echo
+        deadline = time.monotonic() + 2
+        while not censor.events("action") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        s.sendall(HTTP)  # the same connection, now marked: dropped both ways
+        s.settimeout(0.8)
+        with pytest.raises(TimeoutError):
+            s.recv(100)
+    finally:
+        s.close()
+    assert run_tcp_ok_elsewhere(censor_lab, srv)
+    final = censor.stop()
+    # One mark for the connection, though its echo's copy came before the mark took.
+    assert final["marks_written"] == 1 and final["marks_missing"] == 0
+    assert final["counters"]["flow_drop"]["packets"] >= 1
+
+
+def run_tcp_ok_elsewhere(lab, srv: str) -> bool:
+    """A new connection to the same port is a new flow, with no mark."""
+    s = connect(lab, srv, 7151)
+    try:
+        s.sendall(HTTP)
+        return s.recv(100) == HTTP
+    finally:
+        s.close()
+
+
+def test_a_server_to_client_drop_marks_the_connection_by_its_reply_tuple(
+        censor_lab, run_censor, echo):
+    """A verdict drawn by the server's packet names the flow in the reply direction;
+    the marker falls back to conntrack's reply tuple."""
+    from censor_sim import ctmark, datapath
+    from netns.nsenter import in_namespace
+
+    srv = censor_lab.addr("bridge")
+    echo([7152])
+    run_censor("gfw-fet-2021", {**ON_PATH, "policy": {"rules": []}})
+    s = connect(censor_lab, srv, 7152)
+    try:
+        s.sendall(HTTP)
+        assert s.recv(100) == HTTP
+        cport = s.getsockname()[1]
+        marker = in_namespace(censor_lab.ns("censor"), ctmark.Marker, datapath.FLOW_MASK)
+        try:
+            ok = marker.mark([((srv, censor_lab.addr("client"), 6, 7152, cport),
+                               datapath.MARK_DROP),
+                              ((srv, censor_lab.addr("client"), 6, 7152, 1), datapath.MARK_DROP)])
+        finally:
+            marker.close()
+        assert ok == [True, False]  # the second connection does not exist
+        s.sendall(HTTP)
+        s.settimeout(0.8)
+        with pytest.raises(TimeoutError):
+            s.recv(100)
+    finally:
+        s.close()
