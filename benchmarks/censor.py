@@ -4,8 +4,9 @@
    node → bridge node), censor off against censor on, for ``ip-blocklist``
    (blocking another address, so the flow passes the sets) and
    ``gfw-fet-2021`` (the flow is queued, classified exempt and offloaded by
-   conntrack mark). Target ratio on ÷ off ≥ 0.9 (docs/architecture.md §4.4);
-   issue 23's goal is 0.95 for both.
+   conntrack mark; and on-path, where its first packets are copied). Target
+   ratio on ÷ off ≥ 0.9 (docs/architecture.md §4.4); issue 23's goal is 0.95
+   for both.
 2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
    HTTP detectors, and the whole engine (4-packet flows), over a corpus of
    recorded first packets. Target ≥ 5,000 flows/s.
@@ -18,14 +19,15 @@
    offline censor over a synthetic capture of the corpus's flows, for
    ``gfw-fet-2021`` and ``sni-blocklist`` (issue 23's goal: 100,000/s; CensorLab
    publishes 22–67 k/s for its PCAP mode).
-5. **Live NFQUEUE rate of new flows**: short TCP connections (connect, 64
-   random bytes, echo, close) as fast as one client can make them, censor off
-   against ``gfw-fet-2021`` with p = 0 (every flow fully inspected, none
-   blocked), and the censor's own per-packet cost from its counters: the
-   callback's time, split into reading the packet, the engine and the verdict
-   (the verdict's syscall also carries the packet on through the kernel), and
-   the process's CPU per queued packet. Issue 23's goals: flows on ÷ off ≥ 0.9,
-   at most 15 µs per queued packet.
+5. **Live rate of new flows**: short TCP connections (connect, 64 random
+   bytes, echo, close) and UDP exchanges as fast as one client can make them,
+   censor off against ``gfw-fet-2021`` with p = 0 (every flow fully
+   inspected, none blocked), in-path (NFQUEUE) and on-path (the NFLOG tap),
+   beside the floor of each mechanism with no engine; and the censor's own
+   per-packet cost from its counters: the callback's time, split into reading
+   the packet, the engine and the verdict (the verdict's syscall also carries
+   the packet on through the kernel), and the process's CPU per packet seen.
+   Issue 23's goals: flows on ÷ off ≥ 0.9, at most 15 µs per queued packet.
 
 Run: ``.venv/bin/python benchmarks/censor.py [--seconds 5]`` as root.
 """
@@ -45,6 +47,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -385,13 +388,15 @@ def udp_flow_rate(lab: Lab, seconds: float, port: int = 7400) -> float:
         srv.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", choices=("offline", "forwarding", "flows"),
                     help="run one part of the benchmark (default: all)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.runs < 1 or args.seconds <= 0:
+        ap.error("--runs must be at least 1 and --seconds above 0")
     if args.only in (None, "offline"):
         offline_parts()
     if args.only == "offline":
@@ -439,6 +444,8 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
         "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
             "addresses": ["198.19.255.1"]}}}),
         "gfw-fet-2021": ("gfw-fet-2021", {}),
+        "gfw-fet-2021 on-path (tap)": ("gfw-fet-2021", {"datapath": {
+            "mode": "on-path", "tap_batch": TAP_BATCH, "tap_wait_ms": TAP_WAIT_MS}}),
     }
     for label, (prof, over) in cases.items():
         offs, ons = [], []
@@ -452,45 +459,64 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
               f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
 
 
-def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
-    """Part 5: short flows through the router: off, the NFQUEUE floor, the censor."""
+def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Part 5: short flows through the router, each row against censor off.
+
+    This machine's rate drifts by 10–20 % within a minute, so every row is
+    measured as ``--runs`` pairs (off, then on, back to back) and reports the
+    median of its pairs' ratios. Returns {protocol: {row: ratio}}."""
     fet_p0 = {"policy": {"rules": [
         {"detector": "fet", "action": "residual", "probability": 0.0}]}}
     tap = {**fet_p0, "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
                                   "tap_wait_ms": TAP_WAIT_MS}}
-    profiles = (("gfw-fet-2021 (p=0, all inspected)", "gfw-fet-2021", fet_p0),
-                ("+ issue 22's detectors", str(fet_with_vpn_profile(tmp)), fet_p0),
-                ("gfw-fet-2021 on-path (NFLOG tap)", "gfw-fet-2021", tap))
-    for what, rate_of, port in (
-            ("TCP flows (connect, 64 bytes, echo, close)", flow_rate, 7300),
-            ("UDP flows (a query and its answer)", udp_flow_rate, 7400)):
-        print(f"\nnew {what} through the router ({args.seconds:.0f} s each, "
-              "one client):")
-        off = rate_of(lab, args.seconds, port=port)
-        print(f"  {'censor off':34s} {off:8.0f} flows/s")
-        for k, (label, mechanism) in enumerate((("NFQUEUE floor (no engine)", "queue"),
-                                                ("NFLOG floor (no engine)", "tap"))):
-            floor = start_floor(lab, tmp, mechanism, TAP_BATCH)
-            rate = rate_of(lab, args.seconds, port=port + 10 + k)
-            fin = final_counters(floor)
-            print(f"  {label:34s} {rate:8.0f} flows/s   on/off = "
-                  f"{rate / off:.3f}   seen {fin.get('queued')}")
-            print(f"  {'':34s} per packet seen: CPU {fin.get('cpu_per_packet_us')} µs, "
-                  f"of which user {fin.get('user_per_packet_us')} µs")
+    rows: list[tuple[str, Any]] = [
+        ("NFQUEUE floor (no engine)", lambda: start_floor(lab, tmp, "queue")),
+        (f"NFLOG floor (no engine, batch {TAP_BATCH})",
+         lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),
+        ("gfw-fet-2021 (p=0, all inspected)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
+                                                                   fet_p0)),
+        ("+ issue 22's detectors", lambda: start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)),
+                                                        fet_p0)),
+        ("gfw-fet-2021 on-path (NFLOG tap)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
+                                                                  tap)),
+    ]
+    ratios: dict[str, dict[str, float]] = {}
+    port = 7300
+    for proto, what, rate_of in (
+            ("tcp", "TCP flows (connect, 64 bytes, echo, close)", flow_rate),
+            ("udp", "UDP flows (a query and its answer)", udp_flow_rate)):
+        print(f"\nnew {what} through the router ({args.seconds:g} s each, one client; "
+              f"median of {args.runs} off/on pairs):")
+        ratios[proto] = {}
         costs = []
-        for k, (label, prof, over) in enumerate(profiles, start=1):
-            c = start_censor(lab, tmp, prof, over)
-            rate = rate_of(lab, args.seconds, port=port + k)
-            fin = final_counters(c)
-            costs.append(fin.get("per_packet_us") or 0.0)
-            print(f"  {label:34s} {rate:8.0f} flows/s   on/off = {rate / off:.3f}   "
-                  f"queued {fin.get('queued')}, {fin.get('per_packet_us')} µs per "
-                  f"packet, censor CPU {fin.get('cpu_s')} s")
-            print(f"  {'':34s} per queued packet: CPU {fin.get('cpu_per_packet_us')} µs,"
-                  f" of which user {fin.get('user_per_packet_us')} µs;"
-                  f" callback split (µs) {fin.get('per_packet_split_us')}")
-        print(f"  per-packet cost, with them / FET alone = "
+        for label, start in rows:
+            offs, ons, pair = [], [], []
+            fin: dict = {}
+            for _ in range(args.runs):
+                offs.append(rate_of(lab, args.seconds, port=port))
+                proc = start()
+                ons.append(rate_of(lab, args.seconds, port=port + 1))
+                fin = final_counters(proc)
+                pair.append(ons[-1] / offs[-1] if offs[-1] else 0.0)
+                port += 2
+            ratio = statistics.median(pair)
+            ratios[proto][label] = ratio
+            print(f"  {label:40s} {statistics.median(ons):6.0f} flows/s (off "
+                  f"{statistics.median(offs):.0f})   on/off = {ratio:.3f}   "
+                  f"pairs {[round(r, 3) for r in pair]}")
+            seen = fin.get("queued")
+            if "engine" in fin:
+                costs.append(fin.get("per_packet_us") or 0.0)
+                print(f"  {'':40s} last run: {fin.get('mechanism')}, {seen} packets seen; per "
+                      f"packet CPU {fin.get('cpu_per_packet_us')} µs (user "
+                      f"{fin.get('user_per_packet_us')}); callback "
+                      f"{fin.get('per_packet_us')} µs, split {fin.get('per_packet_split_us')}")
+            else:
+                print(f"  {'':40s} last run: {seen} packets seen; per packet CPU "
+                      f"{fin.get('cpu_per_packet_us')} µs (user {fin.get('user_per_packet_us')})")
+        print(f"  per-packet cost, issue 22's detectors / FET alone = "
               f"{costs[1] / (costs[0] or 1):.3f}")
+    return ratios
 
 
 if __name__ == "__main__":

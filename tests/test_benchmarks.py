@@ -124,3 +124,23 @@ def test_cost_prints_every_row_against_direct_clean_and_lossy(capsys, tmp_path):
     assert float(lossy["direct"]["goodput_ratio"]) == 1.0
     assert float(lossy["obfs4"]["client_cpu_s_per_gb"]) > 0  # our Python client costs CPU
     assert (tmp_path / "cost.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.lab
+def test_censor_flows_measures_every_row_against_censor_off(capsys):
+    """Both floors and the three censor rows, in-path and tapped, for TCP and UDP:
+    each row carried flows with its mechanism in place."""
+    bench = load("censor")
+    with pytest.raises(SystemExit):
+        bench.main(["--runs", "0"])
+    assert bench.main(["--only", "flows", "--seconds", "0.4", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    for proto in ("TCP", "UDP"):
+        assert f"new {proto} flows" in out
+    rows = [line for line in out.splitlines() if "on/off = " in line]
+    assert len(rows) == 10
+    assert all(float(r.split("on/off = ")[1].split()[0]) > 0 for r in rows)
+    assert out.count("last run: nfqueue") == 4 and out.count("last run: nflog") == 2
+    seen = [int(line.split(" packets seen")[0].split()[-1]) for line in out.splitlines()
+            if "packets seen" in line]
+    assert len(seen) == 10 and all(n > 0 for n in seen)  # every mechanism saw the flows
