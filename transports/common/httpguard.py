@@ -117,6 +117,22 @@ def limits_from_options(options: Mapping[str, str], who: str, **fixed: Any) -> H
     return HttpLimits(**values)
 
 
+def caps_from_options(options: Mapping[str, Any], caps: Mapping[str, str],
+                      who: str) -> dict[str, int]:
+    """{field: value} for each cap of ``caps`` (option word -> config field) that
+    ``options`` sets. A server's connection and session caps are whole numbers of
+    at least 1; anything else is a ValueError in one line naming ``who``."""
+    out = {}
+    for key, attr in caps.items():
+        if key in options:
+            value = str(options[key])
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"{who}: {key} must be a whole number of at least 1, "
+                                 f"not {value!r}")
+            out[attr] = int(value)
+    return out
+
+
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     """``--http-head-timeout`` and the rest, one flag per :data:`LIMIT_OPTIONS` word."""
     group = parser.add_argument_group("HTTP limits (docs/transports/budgets.md)")

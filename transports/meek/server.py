@@ -56,6 +56,7 @@ from transports.common.httpguard import (
     LIMIT_OPTIONS,
     HttpGuard,
     add_limit_arguments,
+    caps_from_options,
     limit_options,
     limits_from_options,
 )
@@ -353,14 +354,18 @@ async def listen(server: MeekServer, host: str, port: int,
     return await weblisten.listen(server.app, host, port, ssl_context, guard)
 
 
+#: The server's caps an operator may set: option word -> MeekConfig field.
+CAP_OPTIONS = {"max-sessions": "max_sessions", "max-sessions-per-source": "max_sessions_per_source"}
+
+
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
     """Server options (``TOR_PT_SERVER_TRANSPORT_OPTIONS`` or the CLI): ``cert``/``key``
     (without them, plain HTTP behind a CDN, like ``--disable-tls``), ``turnaround-ms``,
     ``staleness`` (seconds), ``trusted-edge`` (comma-separated addresses), the
     caps ``max-sessions`` and ``max-sessions-per-source``, and the HTTP limits
     (``http-head-timeout``, ``http-max-connections``, ...: httpguard.LIMIT_OPTIONS)."""
-    known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge", "max-sessions",
-             "max-sessions-per-source", *LIMIT_OPTIONS}
+    known = {"cert", "key", "turnaround-ms", "staleness", "trusted-edge", *CAP_OPTIONS,
+             *LIMIT_OPTIONS}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"meek server: unknown option {unknown[0]!r} "
@@ -379,13 +384,8 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
         except ValueError:
             raise ValueError(f"meek server: trusted-edge {item!r} is not an address") from None
     cfg = MeekConfig(turnaround_s=turnaround, staleness_s=staleness, trusted_edges=tuple(edges))
-    for key, attr in (("max-sessions", "max_sessions"),
-                      ("max-sessions-per-source", "max_sessions_per_source")):
-        if key in options:
-            value = options[key]
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"meek server: {key} must be a whole number of at least 1")
-            setattr(cfg, attr, int(value))
+    for attr, value in caps_from_options(options, CAP_OPTIONS, "meek server").items():
+        setattr(cfg, attr, value)
     cfg.http_options = {k: v for k, v in options.items() if k in LIMIT_OPTIONS}
     limits_from_options(cfg.http_options, "meek server")  # refuse a bad value now
     return cfg, server_tls(options.get("cert"), options.get("key"), "meek server")

@@ -46,6 +46,7 @@ from transports.common.httpguard import (
     LIMIT_OPTIONS,
     HttpGuard,
     add_limit_arguments,
+    caps_from_options,
     limit_options,
     limits_from_options,
 )
@@ -359,13 +360,8 @@ def config_from_options(options: dict[str, str]) -> BridgeConfig:
                                                   SERVER_KEEPALIVE_TIMEOUT_S)))
     except ValueError:
         raise ValueError("snowflake server: timeouts must be numbers of seconds") from None
-    for key, attr in CAP_OPTIONS.items():
-        if key in options:
-            value = str(options[key])
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"snowflake server: {key} must be a whole number of at "
-                                 f"least 1, not {value!r}")
-            setattr(cfg, attr, int(value))
+    for attr, value in caps_from_options(options, CAP_OPTIONS, "snowflake server").items():
+        setattr(cfg, attr, value)
     cfg.http_options = {k: str(v) for k, v in options.items() if k in LIMIT_OPTIONS}
     limits_from_options(cfg.http_options, "snowflake server")  # refuse a bad value now
     return cfg

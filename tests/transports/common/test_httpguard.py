@@ -253,3 +253,36 @@ async def test_a_served_app_logs_no_address_and_no_traceback_for_bad_requests(ca
         await stop(runner, server)
     assert "127.77.0.2" not in caplog.text and "Traceback" not in caplog.text
     assert "a malformed HTTP request was answered 400" in caplog.text
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "ten", ""])
+def test_a_cap_below_one_or_not_whole_is_refused_naming_the_server(bad):
+    from transports.common.httpguard import caps_from_options
+
+    with pytest.raises(ValueError, match=f"^meek server: max-sessions must be a whole number "
+                                         f"of at least 1, not '{bad}'$"):
+        caps_from_options({"max-sessions": bad}, {"max-sessions": "max_sessions"},
+                          "meek server")
+
+
+def test_caps_given_are_read_and_others_left_to_the_caller():
+    from transports.common.httpguard import caps_from_options
+
+    caps = {"max-clients": "max_clients", "max-streams": "max_streams"}
+    assert caps_from_options({"max-clients": "1", "cert": "x"}, caps, "bridge") == {
+        "max_clients": 1}
+    assert caps_from_options({}, caps, "bridge") == {}
+
+
+def test_both_servers_read_their_caps_through_it():
+    from transports.meek.server import config_from_options as meek_config
+    from transports.snowflake.server import config_from_options as bridge_config
+
+    cfg, _ = meek_config({"max-sessions": "7", "max-sessions-per-source": "2"})
+    assert (cfg.max_sessions, cfg.max_sessions_per_source) == (7, 2)
+    with pytest.raises(ValueError, match="^meek server: max-sessions-per-source must"):
+        meek_config({"max-sessions-per-source": "0"})
+    bridge = bridge_config({"max-clients": "9"})
+    assert bridge.max_clients == 9
+    with pytest.raises(ValueError, match="^snowflake server: max-streams must"):
+        bridge_config({"max-streams": "x"})
