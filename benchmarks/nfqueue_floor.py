@@ -2,8 +2,9 @@
 
 Run by ``benchmarks/censor.py`` in the censor's namespace, beside the real
 censor, so the two are measured side by side on the same machine. It installs
-the datapath that ``gfw-fet-2021`` gets (one queue per direction, segments
-with no payload left in the kernel), and for every queued packet does the least
+the datapath that ``gfw-fet-2021`` gets (the client side's packets only, since
+its inspectors read nothing the server sends; segments with no payload left
+in the kernel), and for every queued packet does the least
 a censor can: a TCP payload or a UDP datagram ends the flow's inspection (the
 accept mark, which conntrack then keeps, as the engine's verdict does), and
 everything is accepted. What is left is the kernel's price for handing a packet
@@ -70,7 +71,8 @@ def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") 
             sources[q.get_fd()] = lambda q=q: q.run(block=False)
             closers.append(q.unbind)
     datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True,
-                                                mechanism=mechanism, tap_batch=int(batch)))
+                                                mechanism=mechanism, tap_batch=int(batch),
+                                                client_side_only=True))
     poller = select.epoll()
     for fd in sources:
         poller.register(fd, select.EPOLLIN)

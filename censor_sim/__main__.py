@@ -353,6 +353,9 @@ async def run(config: dict, poll: float) -> None:
         payload_only = engine.packet_censor is None and not any(
             (i.sees_empty or i.uses_flow_stats) and packet.TCP in i.protocols
             for i in engine.inspectors)
+        # Inspectors that read only what clients send need nothing from servers.
+        client_side = engine.packet_censor is None and not any(
+            i.reads_server for i in engine.inspectors)
         queue = datapath.QueueConfig(config["inside"], config["outside"],
                                      None if every else int(dp.get("inspect_packets", 12)),
                                      skip_empty_tcp=payload_only and not every
@@ -360,7 +363,8 @@ async def run(config: dict, poll: float) -> None:
                                      mechanism="tap" if on_path else "queue",
                                      tap_batch=int(dp.get("tap_batch", 1)),
                                      # The kernel counts in hundredths; round up.
-                                     tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10))
+                                     tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10),
+                                     client_side_only=client_side and not every)
     throttle = None
     if "throttle" in profile.actions:
         t = profile.actions["throttle"]

@@ -112,6 +112,9 @@ class QueueConfig:
     # wait; only the censor's view of them (and so its forgeries) is later.
     tap_batch: int = 1
     tap_wait_cs: int = 0
+    # No inspector reads what the server side sends: only the client side's
+    # packets go to the censor (blocking still acts on both ways, in the kernel).
+    client_side_only: bool = False
 
 
 @dataclass
@@ -272,10 +275,10 @@ def queue_rules(q: QueueConfig) -> list[list[str]]:
                     str(q.tap_batch)]
         return ["-j", "NFQUEUE", "--queue-num", str(num)]
 
-    return [
-        ["-A", CHAIN, "-i", q.inside, *cond, *target(QUEUE_C2S)],
-        ["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, *target(QUEUE_S2C)],
-    ]
+    rules = [["-A", CHAIN, "-i", q.inside, *cond, *target(QUEUE_C2S)]]
+    if not q.client_side_only:
+        rules.append(["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, *target(QUEUE_S2C)])
+    return rules
 
 
 def _run(argv: list[str], input: str | None = None, check: bool = True) -> str:

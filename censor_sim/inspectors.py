@@ -64,6 +64,9 @@ class Inspector:
     # an empty packet itself ("not yet", or "done" past max_packets), which is what
     # their inspect() would return, without the call.
     sees_empty = False
+    # Whether inspect() reads packets the server side sent. When no inspector
+    # does, the datapath shows the censor the client side's packets only.
+    reads_server = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
@@ -106,6 +109,8 @@ class Inspector:
 class FirstPayloadInspector(Inspector):
     """Judges a flow by its first client→server payload alone (no reassembly)."""
 
+    reads_server = False
+
     def judge(self, first: bytes) -> Match | str:
         raise NotImplementedError
 
@@ -134,6 +139,8 @@ class StreamInspector(Inspector):
     Henan firewall: Wu et al., S&P 2025, §4.3); segments with options pass
     unread.
     """
+
+    reads_server = False
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)

@@ -99,3 +99,26 @@ def test_the_tap_rules_log_copies_in_the_configured_batches():
     queue = queue_rules(QueueConfig("in0", "out0", 8))
     assert [r[-4:] for r in queue] == [["-j", "NFQUEUE", "--queue-num", "10"],
                                        ["-j", "NFQUEUE", "--queue-num", "11"]]
+
+
+def test_a_censor_that_reads_only_clients_gets_only_the_client_side():
+    from censor_sim.datapath import QueueConfig, queue_rules
+
+    both = queue_rules(QueueConfig("in0", "out0", 8))
+    client = queue_rules(QueueConfig("in0", "out0", 8, client_side_only=True))
+    assert [r[2:4] for r in both] == [["-i", "in0"], ["-i", "out0"]]
+    assert client == both[:1]
+
+
+def test_which_inspectors_read_the_server_side():
+    from censor_sim.engine import Engine
+
+    def reads(name: str) -> set[bool]:
+        import random
+
+        eng = Engine(load_profile(name), clock=lambda: 0.0, rng=random.Random(0))
+        return {i.reads_server for i in eng.inspectors}
+
+    assert reads("gfw-fet-2021") == {False}  # the first client payload
+    assert reads("sni-blocklist") == {False}  # the client's ClientHello
+    assert reads("gfw-quic-sni-2024") == {True}  # inbound Initials count too
