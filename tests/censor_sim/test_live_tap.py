@@ -124,3 +124,37 @@ def test_a_server_to_client_drop_marks_the_connection_by_its_reply_tuple(
             s.recv(100)
     finally:
         s.close()
+
+
+def test_a_tap_resets_a_blocked_name_after_its_hello_reached_the_server(
+        censor_lab, run_censor, echo, tcp):
+    """The GFW's injectors are on the path, not in it: the ClientHello arrives, the
+    forged RSTs go to both ends, and the residual drops what the client sends next.
+    Whether the client's end takes the RST depends on the race with the server's
+    answer: once the answer has arrived, the RST's sequence number is stale and the
+    client's kernel ignores it (RFC 5961), as it would the GFW's."""
+    from tests.support.tlsrecords import client_hello
+
+    srv = censor_lab.addr("bridge")
+    server = echo([7154])
+    censor = run_censor("sni-blocklist", {**ON_PATH,
+                                          "actions": {"residual": {"seconds": [5]}}})
+    hello = client_hello("www.blocked.lab")
+    s = connect(censor_lab, srv, 7154)
+    try:
+        s.sendall(hello)
+        time.sleep(0.5)
+        try:
+            s.sendall(b"more")
+        except OSError:
+            pass  # reset already
+        time.sleep(0.5)
+    finally:
+        s.close()
+    got = b"".join(data for port, data in server.received if port == 7154)
+    assert got.startswith(hello) and b"more" not in got
+    assert tcp(srv, 7154, [b"again"], timeout=0.8) == "connect-timeout"  # the residual
+    final = censor.stop()
+    assert final["mechanism"] == "nflog" and final["injected"] == 6  # RA x3 to each end
+    [det] = censor.events("detection")
+    assert det["evidence"]["matched"] == "blocked.lab"
