@@ -8,9 +8,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw, raw
 
 from censor_sim import datapath
-from censor_sim.__main__ import TapRunner
 from censor_sim.engine import Engine
 from censor_sim.profile import load_profile
+from censor_sim.runners import TapRunner
 
 NOISE = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
 C, S = "198.18.0.2", "198.18.5.2"

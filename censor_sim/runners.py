@@ -1,0 +1,227 @@
+"""How the live censor sees packets: held in NFQUEUE (in-path) or copied by
+NFLOG (on-path), each handed to the engine, its verdict carried back to the
+kernel, and where each packet's time goes counted (docs/lab/censor.md §1, §5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+from ptcommon.events import EventLog
+
+from . import datapath, packet
+from .actions import Verdict
+from .engine import Engine
+from .injector import Injector
+
+emit = EventLog("censor").emit
+
+
+class Runner:
+    """What both ways of seeing packets share: the engine, the injector, and
+    the accounting of where each packet's time goes."""
+
+    mechanism = ""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.injector = Injector()
+        self.queued = 0
+        self.busy_s = 0.0
+        # Where a packet's time goes: reading it (copy and parse), the engine,
+        # and what follows (the verdict, or the batch's marks, and any injection).
+        self.parse_s = self.engine_s = 0.0
+        self.errors = 0
+
+    def _error(self, exc: Exception) -> None:
+        # A censor bug must not wedge the datapath: count it, report it, go on.
+        self.errors += 1
+        emit("error", error=f"{type(exc).__name__}: {exc}")
+
+    def _inject(self, v: Verdict) -> None:
+        for spec in v.inject:
+            self.injector.send(spec)
+
+    def counters(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism}
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.injector.close()
+
+
+class QueueRunner(Runner):
+    """In-path: NFQUEUE → engine → a verdict on the very packet, which waits."""
+
+    mechanism = "nfqueue"
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.queues: list[Any] = []
+
+    def bind(self) -> None:
+        from netfilterqueue import NetfilterQueue
+
+        for num, from_client in ((datapath.QUEUE_C2S, True), (datapath.QUEUE_S2C, False)):
+            q = NetfilterQueue()
+            q.bind(num, lambda p, fc=from_client: self.on_packet(p, fc), max_len=8192)
+            self.queues.append(q)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        for q in self.queues:
+            loop.add_reader(q.get_fd(), lambda q=q: self._drain(q))
+
+    @staticmethod
+    def _drain(q) -> None:
+        """Every packet waiting on `q`, then the batch's event lines in one write."""
+        try:
+            q.run(block=False)
+        finally:
+            sys.stdout.flush()
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        for q in self.queues:
+            loop.remove_reader(q.get_fd())
+            q.unbind()
+        super().close(loop)
+
+    def on_packet(self, nfpkt, from_client: bool) -> None:
+        clock = time.perf_counter
+        t0 = clock()
+        self.queued += 1
+        try:
+            pkt = packet.parse(nfpkt.get_payload())
+            if pkt is None:
+                nfpkt.accept()
+                return
+            t1 = clock()
+            v = self.engine.handle(pkt, from_client)
+            t2 = clock()
+            self.parse_s += t1 - t0
+            self.engine_s += t2 - t1
+            self._inject(v)
+            self._verdict(nfpkt, v)
+        except Exception as exc:
+            self._error(exc)
+            try:
+                nfpkt.accept()
+            except Exception:
+                pass
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    @staticmethod
+    def _verdict(nfpkt, v: Verdict) -> None:
+        mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
+        if v.drop and v.flow == "accept":
+            # Kernel state (a residual entry) already drops this packet in the
+            # post chain; accepting with the mark also offloads the flow.
+            nfpkt.set_mark(mark)
+            nfpkt.accept()
+        elif v.drop and v.flow != "drop":
+            nfpkt.drop()
+        else:
+            if v.passthrough:
+                mark |= datapath.MARK_PASS
+            if mark:
+                nfpkt.set_mark(mark)
+            nfpkt.accept()
+
+
+MARKED_CAP = 65536
+
+
+class TapRunner(Runner):
+    """On-path: NFLOG copies → engine; the packets themselves never wait.
+
+    Forgeries race the real packets, as an injector's do. A flow's decision
+    (drop, throttle, freeze, loss) goes into its conntrack mark, written for a
+    whole batch of copies at once; until then its packets pass, which is the
+    tap's race with the flow. An "accept" is not written: the connbytes budget
+    already ends the copies of a flow after its first packets, and a mark per
+    flow would cost a message per flow for nothing.
+    """
+
+    mechanism = "nflog"
+
+    def __init__(self, engine: Engine, batch: int = 1, wait_cs: int = 0) -> None:
+        super().__init__(engine)
+        self.batch, self.wait_cs = batch, wait_cs
+        # Connections already marked: a decided flow's packets that were copied
+        # before its mark took effect come back with the same decision.
+        self.marked: set[frozenset] = set()
+        self.reader: Any = None
+        self.marker: Any = None
+
+    def bind(self) -> None:
+        from . import ctmark, nflog
+
+        self.reader = nflog.Reader([datapath.QUEUE_C2S, datapath.QUEUE_S2C],
+                                   threshold=self.batch, timeout_cs=self.wait_cs)
+        self.marker = ctmark.Marker(datapath.FLOW_MASK)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_reader(self.reader.fileno(), self._drain)
+
+    def _drain(self) -> None:
+        clock = time.perf_counter
+        c2s = datapath.QUEUE_C2S
+        marks: dict[tuple, int] = {}
+        handle, parse = self.engine.handle, packet.parse
+        t_batch = clock()
+        try:
+            copies = self.reader.read()
+        except OSError as exc:
+            self._error(exc)
+            return
+        t_read = clock()
+        per_copy = (t_read - t_batch) / len(copies) if copies else 0.0
+        self.parse_s += t_read - t_batch
+        self.queued += len(copies)
+        for group, data in copies:
+            t0 = clock()
+            try:
+                pkt = parse(data)
+                if pkt is None:
+                    continue
+                t1 = clock()
+                v = handle(pkt, group == c2s)
+                self.parse_s += t1 - t0
+                self.engine_s += clock() - t1
+                self._inject(v)
+                mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
+                if mark and v.flow != "accept":
+                    conn = frozenset(((pkt.src, pkt.sport), (pkt.dst, pkt.dport), pkt.proto))
+                    if conn not in self.marked:
+                        if len(self.marked) >= MARKED_CAP:
+                            self.marked.clear()  # forgetting costs only a repeated mark
+                        self.marked.add(conn)
+                        marks[pkt.flow_tuple()] = mark
+            except Exception as exc:
+                self._error(exc)
+            finally:
+                self.busy_s += clock() - t0 + per_copy
+        if marks:
+            t0 = clock()
+            try:
+                self.marker.mark(list(marks.items()))
+            except OSError as exc:
+                self._error(exc)
+            self.busy_s += clock() - t0
+        sys.stdout.flush()
+
+    def counters(self) -> dict[str, Any]:
+        return {**super().counters(),
+                "marks_written": self.marker.written if self.marker else 0,
+                "marks_missing": self.marker.missing if self.marker else 0,
+                "copy_overruns": self.reader.overruns if self.reader else 0}
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.reader is not None:
+            loop.remove_reader(self.reader.fileno())
+            self.reader.close()
+        if self.marker is not None:
+            self.marker.close()
+        super().close(loop)
