@@ -35,7 +35,6 @@ Run: ``.venv/bin/python benchmarks/censor.py [--seconds 5]`` as root.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import socket
@@ -287,11 +286,9 @@ def pcap_rate(n: int = 6000) -> dict[str, float]:
         path = Path(td) / "corpus.pcap"
         wrpcap(str(path), pkts)
         # Measure the censor as `ptlab censor --pcap` runs it: without this
-        # process's scapy packets alive (every collection would walk them) and
-        # with the CLI's collector policy.
+        # process's scapy packets alive (every collection would walk them).
         n_packets = len(pkts)
         del pkts
-        thresholds = gc.get_threshold()
         gcpolicy.for_packet_loop()
         rates = {}
         for prof in ("gfw-fet-2021", "sni-blocklist"):
@@ -300,8 +297,6 @@ def pcap_rate(n: int = 6000) -> dict[str, float]:
             for _ in replay(profile, path):
                 pass
             rates[prof] = n_packets / (time.perf_counter() - t)
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
     return rates
 
 
@@ -406,7 +401,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def offline_parts() -> None:
-    """Parts 2–4: the classifiers, issue 22's detectors and pcap mode, one core."""
+    """Parts 2–4: the classifiers, issue 22's detectors and pcap mode, one core,
+    under the collector policy the censor and ``ptlab censor --pcap`` run with
+    (censor_sim/gcpolicy.py)."""
+    from censor_sim import gcpolicy
+
+    gcpolicy.for_packet_loop()
     print("classifier throughput (flows/s, offline, one core):")
     for k, v in classifier_rates().items():
         print(f"  {k:28s} {v:10.0f}")
