@@ -265,9 +265,9 @@ def pcap_rate(n: int = 6000) -> dict[str, float]:
     corpus's TCP flows with a handshake, a payload, an answer and a teardown)."""
     from scapy.all import IP, TCP, Raw, wrpcap
 
-    from censor_sim import gcpolicy
     from censor_sim.offline import replay
     from censor_sim.profile import load_profile
+    from ptcommon import gcpolicy
 
     pkts = []
     for i, d in enumerate(corpus(n)):
@@ -403,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
 def offline_parts() -> None:
     """Parts 2–4: the classifiers, issue 22's detectors and pcap mode, one core,
     under the collector policy the censor and ``ptlab censor --pcap`` run with
-    (censor_sim/gcpolicy.py)."""
-    from censor_sim import gcpolicy
+    (ptcommon/gcpolicy.py)."""
+    from ptcommon import gcpolicy
 
     gcpolicy.for_packet_loop()
     print("classifier throughput (flows/s, offline, one core):")

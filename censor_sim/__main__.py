@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ptcommon import gcpolicy
 from ptcommon.events import EventLog
 
-from . import datapath, gcpolicy, packet
+from . import datapath, packet
 from .engine import Effects, Engine, unsupported
 from .profile import Profile, ProfileError, load_profile
 from .runners import QueueRunner, TapRunner

@@ -218,7 +218,7 @@ def _censor_pcap(args: argparse.Namespace) -> int:
         out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115
     except (ValueError, ProfileError, OSError) as exc:
         return _die(f"censor --pcap: {exc}")
-    from censor_sim import gcpolicy
+    from ptcommon import gcpolicy
 
     gcpolicy.for_packet_loop()
     flows = flagged = 0

@@ -22,6 +22,7 @@ import sys
 
 from aiohttp import web
 
+from ptcommon import gcpolicy
 from transports.common.budget import QuietErrors, raise_nofile_limit
 
 from .messages import NAT_TYPES
@@ -144,6 +145,7 @@ async def _run(args: argparse.Namespace) -> None:
     QuietErrors(log.warning).install(loop)
     log.info("proxy starting (broker %s; descriptor budget %d; %d worker process%s)",
              cfg.broker, budget, args.workers, "" if args.workers == 1 else "es")
+    gcpolicy.for_packet_loop()
     try:
         await proxy.run(stop)
     finally:

@@ -29,6 +29,8 @@ import logging
 import sys
 from typing import Any
 
+from ptcommon import gcpolicy
+
 from . import messages as m
 from .proxy import ProxyConfig, ProxyStats
 
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         raise_nofile_limit()
         QuietErrors(log.warning).install(asyncio.get_running_loop())
+        gcpolicy.for_packet_loop()
         await _serve(config)
 
     with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(
