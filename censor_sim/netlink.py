@@ -70,19 +70,39 @@ def messages(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
         off += _align(length)
 
 
-def attributes(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
-    """{type: (start, end)} of the attributes in ``buf[start:end]`` (offsets, so
-    nothing is copied until a caller slices what it needs)."""
-    out: dict[int, tuple[int, int]] = {}
+def _walk(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type, value start, value end) of each attribute in ``buf[start:end]``; a
+    truncated or overlong length ends the walk."""
     unpack = _ATTR.unpack_from
     off = start
     while off + 4 <= end:
         length, kind = unpack(buf, off)
         if length < 4 or off + length > end:
-            break
-        out[kind & NLA_TYPE_MASK] = (off + 4, off + length)
+            return
+        yield kind & NLA_TYPE_MASK, off + 4, off + length
         off += _align(length)
-    return out
+
+
+def attributes(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
+    """{type: (start, end)} of the attributes in ``buf[start:end]`` (offsets, so
+    nothing is copied until a caller slices what it needs)."""
+    return {kind: (a, b) for kind, a, b in _walk(buf, start, end)}
+
+
+def find_attribute(buf: bytes, start: int, end: int, kind: int) -> tuple[int, int] | None:
+    """(start, end) of the first attribute of type ``kind``, or None: for a hot
+    path that needs one attribute and can stop there."""
+    # A plain loop, not _walk: the tap calls this once per packet it sees.
+    unpack = _ATTR.unpack_from
+    off = start
+    while off + 4 <= end:
+        length, k = unpack(buf, off)
+        if length < 4 or off + length > end:
+            return None
+        if k & NLA_TYPE_MASK == kind:
+            return off + 4, off + length
+        off += (length + 3) & ~3
+    return None
 
 
 def error_code(buf: bytes, start: int, end: int) -> int:

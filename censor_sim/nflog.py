@@ -31,9 +31,7 @@ CMD_BIND, CMD_UNBIND = 1, 2
 COPY_PACKET = 2
 ATTR_PAYLOAD = 9
 
-_NLH = struct.Struct("=IHHII")
-_GROUP = struct.Struct("!H")
-_ATTR = struct.Struct("=HH")
+_GROUP = struct.Struct("!H")  # nfgenmsg's resource id: the log group
 
 
 def parse(buf: bytes) -> list[tuple[int, bytes]]:
@@ -43,27 +41,12 @@ def parse(buf: bytes) -> list[tuple[int, bytes]]:
     length) is skipped: a copy the censor cannot read is a packet it did not
     see, which the kernel has forwarded anyway."""
     out: list[tuple[int, bytes]] = []
-    n = len(buf)
-    off = 0
-    nlh = _NLH.unpack_from
-    att = _ATTR.unpack_from
-    while off + 20 <= n:
-        length, kind = nlh(buf, off)[:2]
-        end = off + length
-        if length < 20 or end > n:
-            break
-        if kind == MSG_PACKET:
-            group = _GROUP.unpack_from(buf, off + 18)[0]
-            a = off + 20
-            while a + 4 <= end:
-                alen, akind = att(buf, a)
-                if alen < 4 or a + alen > end:
-                    break
-                if akind & netlink.NLA_TYPE_MASK == ATTR_PAYLOAD:
-                    out.append((group, buf[a + 4:a + alen]))
-                    break
-                a += (alen + 3) & ~3
-        off += (length + 3) & ~3
+    for kind, _seq, start, end in netlink.messages(buf):
+        if kind != MSG_PACKET or end - start < 4:
+            continue
+        span = netlink.find_attribute(buf, start + 4, end, ATTR_PAYLOAD)
+        if span is not None:
+            out.append((_GROUP.unpack_from(buf, start + 2)[0], buf[span[0]:span[1]]))
     return out
 
 
