@@ -49,30 +49,43 @@ def unit_memory_max() -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def rss_bytes(pid: int) -> int:
     m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
     return int(m.group(1)) * 1024 if m else 0
 
 
-def udp_drops(lab, node: str) -> int:
-    """UDP datagrams the kernel dropped for want of receive buffer in ``node``'s namespace."""
+def snmp(lab, node: str) -> dict[str, int]:
+    """The kernel's UDP and TCP counters in ``node``'s namespace (IPv4 and IPv6 summed):
+    datagrams and segments in and out, and UDP datagrams dropped for want of
+    receive buffer."""
     import subprocess
 
-    total = 0
+    out = {"udp_in": 0, "udp_out": 0, "udp_drops": 0, "tcp_in": 0, "tcp_out": 0}
+    names = {("Udp:", "InDatagrams"): "udp_in", ("Udp:", "OutDatagrams"): "udp_out",
+             ("Udp:", "RcvbufErrors"): "udp_drops", ("Tcp:", "InSegs"): "tcp_in",
+             ("Tcp:", "OutSegs"): "tcp_out", ("Udp6InDatagrams",): "udp_in",
+             ("Udp6OutDatagrams",): "udp_out", ("Udp6RcvbufErrors",): "udp_drops"}
     for table in ("/proc/net/snmp", "/proc/net/snmp6"):
         text = subprocess.run(["ip", "netns", "exec", lab.ns(node), "cat", table],
                               capture_output=True, text=True, check=True).stdout
         rows = [line.split() for line in text.splitlines()]
         for head, vals in zip(rows, rows[1:], strict=False):
-            if head and head[0] == "Udp:" and vals and vals[0] == "Udp:" and head != vals:
-                total += int(vals[head.index("RcvbufErrors")])
-        total += sum(int(r[1]) for r in rows if r and r[0] == "Udp6RcvbufErrors")
-    return total
+            if head and vals and head[0] == vals[0] and head[0] in ("Udp:", "Tcp:") \
+                    and head != vals:
+                for col, value in zip(head[1:], vals[1:], strict=False):
+                    if (key := names.get((head[0], col))) is not None:
+                        out[key] += int(value)
+        for r in rows:
+            if r and (key := names.get((r[0],))) is not None:
+                out[key] += int(r[1])
+    return out
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def descriptors(pid: int) -> int:
@@ -121,10 +134,13 @@ class Cell:
     shares: list[float]
     peak_rss: int
     cpu_s: float
+    cpu_sys_s: float
     peak_fds: int
     exact: int
     setup_s: float
     drops: dict[str, int]
+    # The proxy node's kernel counters over the transfer (snmp()).
+    proxy_packets: dict[str, int]
     not_opened: list[str]
 
 
@@ -187,12 +203,16 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int, workers: int =
         while start.opened + len(start.failed) < clients:
             await asyncio.sleep(0.1)
         setup = time.monotonic() - t_open
-        cpu0 = tree_sum(cpu_seconds, proxy.pid)
-        drops0 = {node: udp_drops(lab, node) for node in ("proxy0", "client")}
+        user0, sys0 = tree_sum(lambda p: cpu_split(p)[0], proxy.pid), tree_sum(
+            lambda p: cpu_split(p)[1], proxy.pid)
+        snmp0 = {node: snmp(lab, node) for node in ("proxy0", "client")}
         start.go.set()
         results = [r for r in await asyncio.gather(*tasks) if r is not None]
-        cpu = tree_sum(cpu_seconds, proxy.pid) - cpu0
-        drops = {node: udp_drops(lab, node) - d for node, d in drops0.items()}
+        user = tree_sum(lambda p: cpu_split(p)[0], proxy.pid) - user0
+        system = tree_sum(lambda p: cpu_split(p)[1], proxy.pid) - sys0
+        snmp1 = {node: snmp(lab, node) for node in snmp0}
+        delta = {node: {k: v - snmp0[node][k] for k, v in c.items()} for node, c in snmp1.items()}
+        drops = {node: d["udp_drops"] for node, d in delta.items()}
         watch.stop.set()
         watch.sample()
         begin = min((r[0] for r in results), default=0.0)
@@ -202,12 +222,14 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int, workers: int =
                         + [0.0] * len(start.failed))
         exact = sum(1 for r in results if r[2])
         return Cell(clients, exact * 2 * n / 1e6 / (end - begin), shares, watch.peak_rss,
-                    cpu, watch.peak_fds, exact, setup, drops, start.failed)
+                    user + system, system, watch.peak_fds, exact, setup, drops,
+                    delta["proxy0"], start.failed)
     finally:
         rig.close()
 
 
-async def main(counts: list[int], kb: int, workers: list[int] | None = None) -> None:
+async def main(counts: list[int], kb: int, workers: list[int] | None = None,
+               debian: bool = True) -> None:
     from netns.lab import Lab
     from netns.topology import default_topology
 
@@ -215,7 +237,8 @@ async def main(counts: list[int], kb: int, workers: list[int] | None = None) -> 
     lab = Lab(default_topology(proxies=1)).up()
     rows: dict[tuple[str, int], Cell] = {}
     variants = [(f"ours×{w}" if w > 1 else "ours", "ours", w) for w in workers or [1]]
-    variants.append(("debian", "debian", 1))
+    if debian:
+        variants.append(("debian", "debian", 1))
     try:
         with tempfile.TemporaryDirectory(prefix="ptl-sfclients-") as tmp:
             for clients in counts:
@@ -227,15 +250,23 @@ async def main(counts: list[int], kb: int, workers: list[int] | None = None) -> 
                           f"aggregate, {c.exact}/{clients} byte-exact; per client "
                           f"min {c.shares[0]:.2f} median {statistics.median(c.shares):.2f} "
                           f"max {c.shares[-1]:.2f} MB/s; peak RSS {c.peak_rss / 2**20:.0f} MiB "
-                          f"(unit MemoryMax {limit / 2**20:.0f} MiB), CPU {c.cpu_s:.1f} s, "
+                          f"(unit MemoryMax {limit / 2**20:.0f} MiB), CPU {c.cpu_s:.1f} s "
+                          f"({c.cpu_sys_s:.1f} s system), "
                           f"peak fds {c.peak_fds}; {clients - len(c.not_opened)} of {clients} "
                           f"streams open after "
                           f"{c.setup_s:.1f} s; UDP receive-buffer drops {c.drops}", flush=True)
+                    pk = c.proxy_packets
+                    print(f"       proxy node: UDP {pk['udp_in']} in, {pk['udp_out']} out; "
+                          f"TCP {pk['tcp_in']} in, {pk['tcp_out']} out "
+                          f"({2 * kb * 1024 * c.exact / max(pk['udp_out'] + pk['udp_in'], 1):.0f}"
+                          f" goodput bytes per UDP datagram)", flush=True)
                     if c.not_opened:
                         print(f"       {len(c.not_opened)} streams never opened: "
                               f"{c.not_opened[0]}", flush=True)
     finally:
         lab.down()
+    if not debian:
+        return
     print(f"\n{kb} KiB each way per client; ours ÷ Debian's aggregate:")
     for clients in counts:
         d = rows[("debian", clients)]
@@ -255,7 +286,9 @@ if __name__ == "__main__":
     ap.add_argument("--kb", type=int, default=2048, help="KiB each way per client")
     ap.add_argument("--workers", type=int, nargs="+", default=[1],
                     help="run ours with each number of session workers")
+    ap.add_argument("--no-debian", action="store_true",
+                    help="run ours only (no ratio): for profiling our proxy")
     a = ap.parse_args()
     if min(a.workers) < 1:
         ap.error("--workers: at least 1")
-    asyncio.run(main(a.clients, a.kb, a.workers))
+    asyncio.run(main(a.clients, a.kb, a.workers, debian=not a.no_debian))

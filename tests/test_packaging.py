@@ -108,6 +108,8 @@ from transports import base
 for name in base.names():
     base.get(name)
 import transports.snowflake.proxy_cli
+from transports.common import eventloop
+assert eventloop.loop_class().__module__.startswith("uvloop"), eventloop.loop_class()
 lab = [m for m in ("scapy", "netfilterqueue", "sklearn", "matplotlib", "aioquic")
        if importlib.util.find_spec(m)]
 print("lab modules installed:", lab)

@@ -23,12 +23,13 @@ import sys
 from aiohttp import web
 
 from ptcommon import gcpolicy
+from transports.common import eventloop
 from transports.common.budget import QuietErrors, raise_nofile_limit
 
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
 from .proxyworkers import SessionWorkers
-from .udpports import PortRange, PortRangeEventLoop
+from .udpports import PortRange, port_range_loop
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
                    "h": 3600.0}
@@ -143,8 +144,9 @@ async def _run(args: argparse.Namespace) -> None:
     # running out is one line a second (transports/common/budget.py).
     budget = raise_nofile_limit()
     QuietErrors(log.warning).install(loop)
-    log.info("proxy starting (broker %s; descriptor budget %d; %d worker process%s)",
-             cfg.broker, budget, args.workers, "" if args.workers == 1 else "es")
+    log.info("proxy starting (broker %s; descriptor budget %d; %d worker process%s; "
+             "%s event loop)", cfg.broker, budget, args.workers,
+             "" if args.workers == 1 else "es", eventloop.name(loop))
     gcpolicy.for_packet_loop()
     try:
         await proxy.run(stop)
@@ -169,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries(args.verbose)
     ports = args.ports
     try:
-        with asyncio.Runner(loop_factory=(lambda: PortRangeEventLoop(ports)) if ports
-                            else None) as runner:
+        with asyncio.Runner(loop_factory=(lambda: port_range_loop(ports)) if ports
+                            else eventloop.loop_factory()) as runner:
             runner.run(_run(args))
     except OSError as exc:
         print(f"snowflake-proxy: {exc}", file=sys.stderr)

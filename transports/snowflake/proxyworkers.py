@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from ptcommon import gcpolicy
+from transports.common import eventloop
 
 from . import messages as m
 from .proxy import ProxyConfig, ProxyStats
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from transports.common.budget import QuietErrors, raise_nofile_limit
 
     from .proxy_cli import quiet_libraries
-    from .udpports import PortRange, PortRangeEventLoop
+    from .udpports import PortRange, port_range_loop
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -267,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         await _serve(config)
 
     with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(
-            loop_factory=(lambda: PortRangeEventLoop(ports)) if ports else None) as runner:
+            loop_factory=(lambda: port_range_loop(ports)) if ports
+            else eventloop.loop_factory()) as runner:
         runner.run(run())
     return 0
 

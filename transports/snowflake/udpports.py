@@ -16,6 +16,8 @@ import errno
 import random
 from typing import Any, NamedTuple
 
+from transports.common import eventloop
+
 
 class PortRange(NamedTuple):
     low: int
@@ -33,12 +35,11 @@ class PortRange(NamedTuple):
         return cls(low, high)
 
 
-class PortRangeEventLoop(asyncio.SelectorEventLoop):
-    """An event loop that binds "any port" UDP endpoints inside ``ports``."""
+class PortRangeMixin:
+    """Binds "any port" UDP endpoints inside ``self.ports``, on whichever event
+    loop class it is mixed into (asyncio's or uvloop's: ptcommon.eventloop)."""
 
-    def __init__(self, ports: PortRange) -> None:
-        super().__init__()
-        self.ports = ports
+    ports: PortRange
 
     async def create_datagram_endpoint(self, protocol_factory: Any, local_addr: Any = None,
                                        remote_addr: Any = None, **kwargs: Any) -> Any:
@@ -54,7 +55,34 @@ class PortRangeEventLoop(asyncio.SelectorEventLoop):
                     protocol_factory, local_addr=(local_addr[0], port, *local_addr[2:]),
                     **kwargs)
             except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
+                # uvloop wraps the bind error ("could not bind to local_addr"),
+                # its errno on the cause.
+                if errno.EADDRINUSE not in (exc.errno, getattr(exc.__cause__, "errno", None)):
                     raise
         raise OSError(errno.EADDRINUSE, f"no free UDP port in {self.ports.low}:"
                                         f"{self.ports.high} on {local_addr[0]}")
+
+
+class PortRangeEventLoop(PortRangeMixin, asyncio.SelectorEventLoop):
+    """asyncio's own loop, binding "any port" UDP endpoints inside ``ports``."""
+
+    def __init__(self, ports: PortRange) -> None:
+        super().__init__()
+        self.ports = ports
+
+
+_CLASSES: dict[type, type] = {asyncio.SelectorEventLoop: PortRangeEventLoop}
+
+
+def port_range_loop(ports: PortRange, base: type | None = None) -> asyncio.AbstractEventLoop:
+    """A new loop of class ``base`` (default: ptcommon.eventloop's choice) that
+    binds "any port" UDP endpoints inside ``ports``."""
+    base = base or eventloop.loop_class()
+    cls = _CLASSES.get(base)
+    if cls is None:
+        cls = _CLASSES[base] = type(f"PortRange{base.__name__}", (PortRangeMixin, base), {})
+    if cls is PortRangeEventLoop:
+        return PortRangeEventLoop(ports)
+    loop = cls()
+    loop.ports = ports
+    return loop

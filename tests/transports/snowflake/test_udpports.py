@@ -9,9 +9,14 @@ import re
 import socket
 
 import pytest
+import uvloop
 
 from transports.snowflake.proxy_cli import parse_args
-from transports.snowflake.udpports import PortRange, PortRangeEventLoop
+from transports.snowflake.udpports import PortRange, PortRangeEventLoop, port_range_loop
+
+# The range works on both loops the proxy may run on (ptcommon.eventloop).
+LOOPS = pytest.mark.parametrize("base", [asyncio.SelectorEventLoop, uvloop.Loop],
+                                ids=["asyncio", "uvloop"])
 
 
 async def offer_ports() -> list[int]:
@@ -37,15 +42,17 @@ def free_udp_range(width: int) -> PortRange:
     return PortRange(low, low + width - 1)
 
 
-def test_host_candidates_bind_inside_the_range():
+@LOOPS
+def test_host_candidates_bind_inside_the_range(base):
     ports = free_udp_range(40)
-    with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(ports)) as runner:
+    with asyncio.Runner(loop_factory=lambda: port_range_loop(ports, base)) as runner:
         got = runner.run(offer_ports())
     assert got, "no host candidates"
     assert all(ports.low <= p <= ports.high for p in got), (ports, got)
 
 
-def test_a_fixed_port_and_a_connected_socket_are_left_alone():
+@LOOPS
+def test_a_fixed_port_and_a_connected_socket_are_left_alone(base):
     ports = free_udp_range(5)
 
     async def bind() -> tuple[int, tuple]:
@@ -60,13 +67,14 @@ def test_a_fixed_port_and_a_connected_socket_are_left_alone():
             fixed.close()
             out.close()
 
-    with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(ports)) as runner:
+    with asyncio.Runner(loop_factory=lambda: port_range_loop(ports, base)) as runner:
         fixed, peer = runner.run(bind())
     assert fixed == ports.high + 1
     assert peer == ("127.0.0.1", 9)
 
 
-def test_a_full_range_is_a_clear_error():
+@LOOPS
+def test_a_full_range_is_a_clear_error(base):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
@@ -75,10 +83,19 @@ def test_a_full_range_is_a_clear_error():
             await asyncio.get_running_loop().create_datagram_endpoint(
                 asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
 
-        with asyncio.Runner(loop_factory=lambda: PortRangeEventLoop(PortRange(port, port))) as r:
+        with asyncio.Runner(loop_factory=lambda: port_range_loop(PortRange(port, port),
+                                                                 base)) as r:
             with pytest.raises(OSError, match=f"no free UDP port in {port}:{port}") as exc:
                 r.run(bind())
     assert exc.value.errno == errno.EADDRINUSE
+
+
+def test_the_asyncio_variant_keeps_its_name():
+    loop = port_range_loop(PortRange(2000, 2001), asyncio.SelectorEventLoop)
+    try:
+        assert type(loop) is PortRangeEventLoop and loop.ports == PortRange(2000, 2001)
+    finally:
+        loop.close()
 
 
 @pytest.mark.parametrize("text", ["", "5", "a:b", "10:5", "0:10", "1:70000", "-1:5"])
