@@ -44,6 +44,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:
-    """"uvloop" or "asyncio": what a ready line reports."""
-    return "uvloop" if type(loop).__module__.startswith("uvloop") or any(
-        c.__module__.startswith("uvloop") for c in type(loop).__mro__) else "asyncio"
+    """"uvloop" or "asyncio", for the start-up log line (subclasses included)."""
+    uv = any(c.__module__.startswith("uvloop") for c in type(loop).__mro__)
+    return "uvloop" if uv else "asyncio"

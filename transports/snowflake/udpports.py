@@ -37,7 +37,7 @@ class PortRange(NamedTuple):
 
 class PortRangeMixin:
     """Binds "any port" UDP endpoints inside ``self.ports``, on whichever event
-    loop class it is mixed into (asyncio's or uvloop's: ptcommon.eventloop)."""
+    loop class it is mixed into (asyncio's or uvloop's: transports.common.eventloop)."""
 
     ports: PortRange
 
@@ -71,18 +71,19 @@ class PortRangeEventLoop(PortRangeMixin, asyncio.SelectorEventLoop):
         self.ports = ports
 
 
-_CLASSES: dict[type, type] = {asyncio.SelectorEventLoop: PortRangeEventLoop}
+_UVLOOP_CLASSES: dict[type, type] = {}
 
 
 def port_range_loop(ports: PortRange, base: type | None = None) -> asyncio.AbstractEventLoop:
-    """A new loop of class ``base`` (default: ptcommon.eventloop's choice) that
-    binds "any port" UDP endpoints inside ``ports``."""
+    """A new loop of class ``base`` (default: transports.common.eventloop's choice)
+    that binds "any port" UDP endpoints inside ``ports``."""
     base = base or eventloop.loop_class()
-    cls = _CLASSES.get(base)
-    if cls is None:
-        cls = _CLASSES[base] = type(f"PortRange{base.__name__}", (PortRangeMixin, base), {})
-    if cls is PortRangeEventLoop:
+    if base is asyncio.SelectorEventLoop:
         return PortRangeEventLoop(ports)
+    cls = _UVLOOP_CLASSES.get(base)
+    if cls is None:
+        cls = _UVLOOP_CLASSES[base] = type(f"PortRange{base.__name__}", (PortRangeMixin, base),
+                                           {})
     loop = cls()
     loop.ports = ports
     return loop

@@ -42,3 +42,14 @@ def test_a_bad_choice_is_one_clear_error(monkeypatch):
 
 async def _name() -> str:
     return eventloop.name(asyncio.get_running_loop())
+
+
+def test_a_subclass_of_uvloop_is_named_uvloop():
+    from transports.snowflake.udpports import PortRange, port_range_loop
+
+    loop = port_range_loop(PortRange(2000, 2001), uvloop.Loop)
+    try:
+        assert eventloop.name(loop) == "uvloop"
+        assert isinstance(loop, uvloop.Loop) and loop.ports == PortRange(2000, 2001)
+    finally:
+        loop.close()
