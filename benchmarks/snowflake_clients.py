@@ -15,10 +15,14 @@ resident memory, CPU time over the transfer and peak open descriptors, read
 from /proc, its worker processes included (``--workers 1 2`` runs ours with
 each number of session workers: ``ptlab snowflake-proxy -workers N``). The
 shipped unit (``contrib/ptlab-snowflake-proxy.service``) caps the proxy at
-``MemoryMax``; its value is printed beside the peak.
+``MemoryMax``; its value is printed beside the peak. Beside them: the proxy's
+CPU split into user and system time, and the proxy node's UDP datagrams and
+TCP segments in and out over the transfer (the kernel's counters in its
+namespace), so the packets each proxy spends per byte can be compared.
+``--no-debian`` runs ours alone, for profiling.
 
 Run as root: ``.venv/bin/python benchmarks/snowflake_clients.py [--clients 1 5 20 50
---kb 2048 --workers 1]``.
+--kb 2048 --workers 1 --no-debian]``.
 """
 
 from __future__ import annotations
