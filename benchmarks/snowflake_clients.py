@@ -58,31 +58,39 @@ def rss_bytes(pid: int) -> int:
     return int(m.group(1)) * 1024 if m else 0
 
 
-def snmp(lab, node: str) -> dict[str, int]:
-    """The kernel's UDP and TCP counters in ``node``'s namespace (IPv4 and IPv6 summed):
-    datagrams and segments in and out, and UDP datagrams dropped for want of
-    receive buffer."""
-    import subprocess
+_SNMP_NAMES = {("Udp:", "InDatagrams"): "udp_in", ("Udp:", "OutDatagrams"): "udp_out",
+               ("Udp:", "RcvbufErrors"): "udp_drops", ("Tcp:", "InSegs"): "tcp_in",
+               ("Tcp:", "OutSegs"): "tcp_out", ("Udp6InDatagrams",): "udp_in",
+               ("Udp6OutDatagrams",): "udp_out", ("Udp6RcvbufErrors",): "udp_drops"}
 
+
+def snmp_counters(*tables: str) -> dict[str, int]:
+    """UDP and TCP counters from the text of /proc/net/snmp (a header row and a
+    value row per protocol) and /proc/net/snmp6 (a name and a value per row),
+    IPv4 and IPv6 summed: datagrams and segments in and out, and UDP datagrams
+    dropped for want of receive buffer."""
     out = {"udp_in": 0, "udp_out": 0, "udp_drops": 0, "tcp_in": 0, "tcp_out": 0}
-    names = {("Udp:", "InDatagrams"): "udp_in", ("Udp:", "OutDatagrams"): "udp_out",
-             ("Udp:", "RcvbufErrors"): "udp_drops", ("Tcp:", "InSegs"): "tcp_in",
-             ("Tcp:", "OutSegs"): "tcp_out", ("Udp6InDatagrams",): "udp_in",
-             ("Udp6OutDatagrams",): "udp_out", ("Udp6RcvbufErrors",): "udp_drops"}
-    for table in ("/proc/net/snmp", "/proc/net/snmp6"):
-        text = subprocess.run(["ip", "netns", "exec", lab.ns(node), "cat", table],
-                              capture_output=True, text=True, check=True).stdout
+    for text in tables:
         rows = [line.split() for line in text.splitlines()]
         for head, vals in zip(rows, rows[1:], strict=False):
             if head and vals and head[0] == vals[0] and head[0] in ("Udp:", "Tcp:") \
                     and head != vals:
                 for col, value in zip(head[1:], vals[1:], strict=False):
-                    if (key := names.get((head[0], col))) is not None:
+                    if (key := _SNMP_NAMES.get((head[0], col))) is not None:
                         out[key] += int(value)
         for r in rows:
-            if r and (key := names.get((r[0],))) is not None:
+            if len(r) == 2 and (key := _SNMP_NAMES.get((r[0],))) is not None:
                 out[key] += int(r[1])
     return out
+
+
+def snmp(lab, node: str) -> dict[str, int]:
+    """:func:`snmp_counters` of ``node``'s namespace, now."""
+    import subprocess
+
+    return snmp_counters(*(subprocess.run(
+        ["ip", "netns", "exec", lab.ns(node), "cat", table], capture_output=True, text=True,
+        check=True).stdout for table in ("/proc/net/snmp", "/proc/net/snmp6")))
 
 
 def cpu_split(pid: int) -> tuple[float, float]:

@@ -144,3 +144,24 @@ def test_censor_flows_measures_every_row_against_censor_off(capsys):
     seen = [int(line.split(" packets seen")[0].split()[-1]) for line in out.splitlines()
             if "packets seen" in line]
     assert len(seen) == 10 and all(n > 0 for n in seen)  # every mechanism saw the flows
+
+
+def test_snowflake_clients_reads_the_kernels_udp_and_tcp_counters():
+    snmp = """Ip: Forwarding DefaultTTL InReceives
+Ip: 1 64 900
+Tcp: RtoAlgorithm ActiveOpens InSegs OutSegs RetransSegs
+Tcp: 1 4 1000 1100 3
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+Udp: 500 2 7 600 5 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+UdpLite: 9 9 9 9 9 9
+"""
+    snmp6 = """Ip6InReceives                   	77
+Udp6InDatagrams                 	40
+Udp6OutDatagrams                	30
+Udp6RcvbufErrors                	1
+UdpLite6InDatagrams             	99
+"""
+    got = load("snowflake_clients").snmp_counters(snmp, snmp6)
+    assert got == {"udp_in": 540, "udp_out": 630, "udp_drops": 6, "tcp_in": 1000,
+                   "tcp_out": 1100}
