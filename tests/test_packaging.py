@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -117,8 +118,52 @@ sys.exit(1 if lab else 0)
 """], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert imported.returncode == 0, imported.stdout + imported.stderr[-2000:]
 
+    # Both start from it: `ptlab pt` through Tor's managed handshake, and the proxy
+    # polling a broker that is not there, on uvloop.
+    started = _managed_client(venv / "bin" / "ptlab", tmp_path / "pt-state", "obfs4,snowflake")
+    assert started[-1] == "CMETHODS DONE", started
+    assert {line.split()[1] for line in started if line.startswith("CMETHOD ")} == {
+        "obfs4", "snowflake"}, started
+    proxy = subprocess.Popen([str(venv / "bin" / "ptlab"), "snowflake-proxy", "-broker",
+                              "http://127.0.0.1:9/", "-relay", "ws://127.0.0.1:9/",
+                              "-allow-non-tls-relay"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        _, err = proxy.communicate(timeout=4)
+        raise AssertionError(f"the proxy exited ({proxy.returncode}): {err[-2000:]}")
+    except subprocess.TimeoutExpired:
+        proxy.terminate()
+        _, err = proxy.communicate(timeout=10)
+    assert "uvloop event loop" in err, err[-2000:]
+
     def size(p: Path) -> int:
         return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
 
     print(f"volunteer venv {size(venv) / 2**20:.0f} MiB; "
           f"the lab's {size(Path(sys.prefix)) / 2**20:.0f} MiB")
+
+
+def _managed_client(ptlab: Path, state: Path, methods: str) -> list[str]:
+    """The lines ``ptlab pt`` prints as Tor's managed client of ``methods``, up to
+    CMETHODS DONE (or its end); then stdin closes, which ends it."""
+    env = {"PATH": "/usr/bin:/bin", "TOR_PT_MANAGED_TRANSPORT_VER": "1",
+           "TOR_PT_CLIENT_TRANSPORTS": methods, "TOR_PT_STATE_LOCATION": str(state),
+           "TOR_PT_EXIT_ON_STDIN_CLOSE": "1"}
+    proc = subprocess.Popen([str(ptlab), "pt"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=state.parent)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        while line := proc.stdout.readline():
+            lines.append(line.strip())
+            if lines[-1] == "CMETHODS DONE":
+                break
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()[-2000:]
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return lines
