@@ -126,9 +126,10 @@ class FetInspector(FirstPayloadInspector):
     kind = "fet"
 
     def judge(self, first):
-        if fet.exemption(first) is not None:
+        rule, feats = fet.judge(first)
+        if rule is not None or feats is None:
             return DONE
-        return Match(self.name, {"rule": "not-exempt", **fet.features(first).to_json()})
+        return Match(self.name, {"rule": "not-exempt", **feats.to_json()})
 
 
 class StreamInspector(Inspector):

@@ -129,22 +129,39 @@ def exemption(first_payload: bytes) -> Rule | None:
     error (the engine only calls this with the first non-empty client→server
     payload): ValueError.
     """
+    return judge(first_payload)[0]
+
+
+def judge(first_payload: bytes) -> tuple[Rule | None, FetFeatures | None]:
+    """:func:`exemption`, and for a payload no rule exempts its :func:`features` too,
+    from the same passes over the bytes: the censor logs the features of every
+    connection it finds subject to blocking, so computing them apart doubled
+    the work on exactly the flows it looks at longest."""
     n = len(first_payload)
     if n == 0:
         raise ValueError("the FET rules apply to a data-carrying packet; got no bytes")
-    bits10 = 10 * _popcount(first_payload)
-    if bits10 <= 34 * n or bits10 >= 46 * n:  # Ex1: <= 3.4 or >= 4.6 bits per byte
-        return "ex1"
+    bits = _popcount(first_payload)
+    if 10 * bits <= 34 * n or 10 * bits >= 46 * n:  # Ex1: <= 3.4 or >= 4.6 bits per byte
+        return "ex1", None
     mask = first_payload.translate(_PRINTABLE_MASK)
     if mask.startswith(_SIX_PRINTABLE):  # Ex2: shorter than 6 bytes cannot match
-        return "ex2"
-    if 2 * _popcount(mask) > n:  # Ex3: strictly more than half
-        return "ex3"
+        return "ex2", None
+    printable = _popcount(mask)
+    if 2 * printable > n:  # Ex3: strictly more than half
+        return "ex3", None
     if _RUN_OVER_20 in mask:  # Ex4: a run of 21 or more
-        return "ex4"
+        return "ex4", None
     if protocol(first_payload) is not None:  # Ex5
-        return "ex5"
-    return None
+        return "ex5", None
+    first_unprintable = mask.find(0)
+    return None, FetFeatures(
+        length=n,
+        popcount_per_byte=bits / n,
+        leading_printable=n if first_unprintable < 0 else first_unprintable,
+        printable_fraction=printable / n,
+        longest_printable_run=_longest_run(mask),
+        protocol=None,
+    )
 
 
 @dataclass(frozen=True)

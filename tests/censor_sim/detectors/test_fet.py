@@ -374,3 +374,8 @@ def test_fuzz_exemption_agrees_with_features_and_a_naive_measurement(data):
     f = fet.features(data)
     assert f == naive_features(data)
     assert rule_from_features(f) == rule
+    # The censor's one-pass judge gives the same rule, and the same features
+    # whenever no rule exempts the payload.
+    judged, feats = fet.judge(data)
+    assert judged == rule
+    assert feats == (f if rule is None else None)
