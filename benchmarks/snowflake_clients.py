@@ -121,6 +121,16 @@ def tree_sum(measure, pid: int) -> float:
     return total
 
 
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` and its children, one read of each."""
+    user = system = 0.0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            u, s = cpu_split(p)
+            user, system = user + u, system + s
+    return user, system
+
+
 @dataclass
 class Watch:
     """Peak memory and descriptors of one process, sampled every 0.1 s."""
@@ -215,13 +225,11 @@ async def cell(lab, out: Path, which: str, clients: int, kb: int, workers: int =
         while start.opened + len(start.failed) < clients:
             await asyncio.sleep(0.1)
         setup = time.monotonic() - t_open
-        user0, sys0 = tree_sum(lambda p: cpu_split(p)[0], proxy.pid), tree_sum(
-            lambda p: cpu_split(p)[1], proxy.pid)
+        user0, sys0 = tree_cpu(proxy.pid)
         snmp0 = {node: snmp(lab, node) for node in ("proxy0", "client")}
         start.go.set()
         results = [r for r in await asyncio.gather(*tasks) if r is not None]
-        user = tree_sum(lambda p: cpu_split(p)[0], proxy.pid) - user0
-        system = tree_sum(lambda p: cpu_split(p)[1], proxy.pid) - sys0
+        user, system = (a - b for a, b in zip(tree_cpu(proxy.pid), (user0, sys0), strict=True))
         snmp1 = {node: snmp(lab, node) for node in snmp0}
         delta = {node: {k: v - snmp0[node][k] for k, v in c.items()} for node, c in snmp1.items()}
         drops = {node: d["udp_drops"] for node, d in delta.items()}

@@ -126,8 +126,8 @@ class FetInspector(FirstPayloadInspector):
     kind = "fet"
 
     def judge(self, first):
-        rule, feats = fet.judge(first)
-        if rule is not None or feats is None:
+        _, feats = fet.judge(first)
+        if feats is None:  # a rule exempts it
             return DONE
         return Match(self.name, {"rule": "not-exempt", **feats.to_json()})
 

@@ -32,11 +32,10 @@ from urllib.parse import urlsplit
 
 from netns.nsenter import NETNS_DIR, enter_namespace
 from ptcommon.events import EventLog
-from transports.common import eventloop
 from transports.snowflake.proxy import ProxyConfig, SnowflakeProxy
 from transports.snowflake.proxy_cli import config_from_args
 from transports.snowflake.proxy_cli import parse_args as proxy_args
-from transports.snowflake.udpports import PortRange, port_range_loop
+from transports.snowflake.udpports import PortRange, loop_factory
 
 log = logging.getLogger("snowflake-proxy")
 
@@ -92,9 +91,7 @@ class ProxyPool:
     def _serve(self, ns: str) -> None:
         try:
             enter_namespace(ns)
-            factory = ((lambda: port_range_loop(self.ports)) if self.ports
-                       else eventloop.loop_factory())
-            with asyncio.Runner(loop_factory=factory) as runner:
+            with asyncio.Runner(loop_factory=loop_factory(self.ports)) as runner:
                 runner.run(self._one())
         except Exception as exc:  # one proxy's failure is reported, never silent
             with self._lock:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 
 ENV = "PTLAB_EVENT_LOOP"
 
@@ -36,11 +35,6 @@ def loop_class() -> type[asyncio.AbstractEventLoop]:
         else:
             return uvloop.Loop
     return asyncio.SelectorEventLoop
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """A ``loop_factory`` for :class:`asyncio.Runner`."""
-    return loop_class()
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:

@@ -29,7 +29,7 @@ from transports.common.budget import QuietErrors, raise_nofile_limit
 from .messages import NAT_TYPES
 from .proxy import ProxyConfig, SnowflakeProxy
 from .proxyworkers import SessionWorkers
-from .udpports import PortRange, port_range_loop
+from .udpports import PortRange, loop_factory
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
                    "h": 3600.0}
@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries(args.verbose)
     ports = args.ports
     try:
-        with asyncio.Runner(loop_factory=(lambda: port_range_loop(ports)) if ports
-                            else eventloop.loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(ports)) as runner:
             runner.run(_run(args))
     except OSError as exc:
         print(f"snowflake-proxy: {exc}", file=sys.stderr)

@@ -30,7 +30,6 @@ import sys
 from typing import Any
 
 from ptcommon import gcpolicy
-from transports.common import eventloop
 
 from . import messages as m
 from .proxy import ProxyConfig, ProxyStats
@@ -242,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     from transports.common.budget import QuietErrors, raise_nofile_limit
 
     from .proxy_cli import quiet_libraries
-    from .udpports import PortRange, port_range_loop
+    from .udpports import PortRange, loop_factory
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -268,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         await _serve(config)
 
     with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(
-            loop_factory=(lambda: port_range_loop(ports)) if ports
-            else eventloop.loop_factory()) as runner:
+            loop_factory=loop_factory(ports)) as runner:
         runner.run(run())
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from transports.common import eventloop
@@ -87,3 +88,11 @@ def port_range_loop(ports: PortRange, base: type | None = None) -> asyncio.Abstr
     loop = cls()
     loop.ports = ports
     return loop
+
+
+def loop_factory(ports: PortRange | None) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The ``loop_factory`` every proxy process runs with: the chosen loop
+    (transports.common.eventloop), confined to ``ports`` when there are any."""
+    if ports is None:
+        return eventloop.loop_class()
+    return lambda: port_range_loop(ports)

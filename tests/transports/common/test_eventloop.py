@@ -14,14 +14,14 @@ from transports.common import eventloop
 def test_uvloop_by_default(monkeypatch):
     monkeypatch.delenv(eventloop.ENV, raising=False)
     assert eventloop.loop_class() is uvloop.Loop
-    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=eventloop.loop_class()) as runner:
         assert runner.run(_name()) == "uvloop"
 
 
 def test_asyncio_on_request(monkeypatch):
     monkeypatch.setenv(eventloop.ENV, "asyncio")
     assert eventloop.loop_class() is asyncio.SelectorEventLoop
-    with asyncio.Runner(loop_factory=eventloop.loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=eventloop.loop_class()) as runner:
         assert runner.run(_name()) == "asyncio"
 
 

@@ -110,3 +110,17 @@ def test_the_flag_is_parsed_and_checked(capsys):
     with pytest.raises(SystemExit):
         parse_args(["-ephemeral-ports-range", "9:1"])
     assert "-ephemeral-ports-range: port range '9:1'" in capsys.readouterr().err
+
+
+def test_the_proxies_loop_factory_confines_only_when_given_a_range(monkeypatch):
+    from transports.snowflake.udpports import loop_factory
+
+    monkeypatch.delenv("PTLAB_EVENT_LOOP", raising=False)
+    assert loop_factory(None) is uvloop.Loop
+    monkeypatch.setenv("PTLAB_EVENT_LOOP", "asyncio")
+    assert loop_factory(None) is asyncio.SelectorEventLoop
+    loop = loop_factory(PortRange(3000, 3001))()
+    try:
+        assert type(loop) is PortRangeEventLoop and loop.ports == PortRange(3000, 3001)
+    finally:
+        loop.close()
