@@ -56,6 +56,9 @@ class ServerConfig:
 class ServerStats:
     upgraded: int = 0
     refused: int = 0
+    # Connections closed because of an exception the server did not expect: a
+    # defect to fix, counted apart so that tests and fuzzing can insist on zero.
+    unexpected: int = 0
 
 
 def _reason(exc: BaseException) -> str:
@@ -98,6 +101,7 @@ class WebTunnelServer:
             self._refuse(writer, "closed a connection without answering: " + _reason(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a bridge must outlive any one connection
+            self.stats.unexpected += 1
             self._refuse(writer, f"closed a connection on an unexpected error: "
                                  f"{type(exc).__name__}")
             return

@@ -13,11 +13,11 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from censor_sim.prober import https
@@ -25,6 +25,7 @@ from ptlab.extlaunch import port_open
 from ptlab.services.ca import LabCA
 from ptlab.services.nginxfront import Front, secret_path
 from tests.support.echo import echo
+from tests.support.strategies import mostly
 from transports.webtunnel.args import ClientArgs
 from transports.webtunnel.client import WebTunnelClientFactory
 from transports.webtunnel.server import ServerConfig, WebTunnelServer, listen
@@ -165,9 +166,10 @@ def test_the_secret_path_upgrades_through_nginx_with_the_forwarded_address(front
     assert fronts.backend.addresses[-1] == "127.0.0.1:60000"
 
 
-def raw_request(port: int, request: bytes) -> bytes:
+def raw_request(port: int, request: bytes,
+                complete: Callable[[bytes], bool] = lambda _out: False) -> bytes:
     """One TLS connection to nginx, ``request`` sent, everything it answers until it
-    closes (or two seconds pass)."""
+    closes, two seconds pass, or what came so far is ``complete``."""
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
@@ -176,7 +178,7 @@ def raw_request(port: int, request: bytes) -> bytes:
         tls.settimeout(2)
         out = b""
         try:
-            while chunk := tls.recv(65536):
+            while not complete(out) and (chunk := tls.recv(65536)):
                 out += chunk
         except (TimeoutError, ssl.SSLError, ConnectionError):
             pass
@@ -185,34 +187,59 @@ def raw_request(port: int, request: bytes) -> bytes:
 
 TOKEN = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126,
                                        exclude_characters=":"), min_size=1, max_size=12)
+# Values near the upgrade (so some requests reach our server's 101) or random bytes.
+VALUE = st.sampled_from([b"upgrade", b"Upgrade", b"websocket", b"keep-alive, Upgrade", b"0",
+                         b"chunked", b"203.0.113.9"]) | st.binary(max_size=40).map(
+    lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
 HEADER = st.tuples(st.sampled_from(["Connection", "Upgrade", "Host", "Content-Length",
-                                    "Transfer-Encoding", "X-Forwarded-For"]) | TOKEN,
-                   st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(
-                       b"\n", b"")))
+                                    "Transfer-Encoding", "X-Forwarded-For"]) | TOKEN, VALUE)
 
 
-@settings(max_examples=60, deadline=None,
+# The fields an upgrade needs, most often present: Host (HTTP/1.1 without it is
+# nginx's 400), Connection and Upgrade (nginx passes Upgrade on).
+HOST = ("Host", NAME.encode())
+UPGRADE_FIELDS = st.sampled_from([[HOST, ("Connection", b"Upgrade"), ("Upgrade", b"websocket")],
+                                  [HOST, ("Upgrade", b"websocket")], [HOST], []])
+
+
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(method=st.sampled_from([b"GET", b"POST", b"HEAD", b"CONNECT", b"G\x00T"]) | st.binary(
-           min_size=1, max_size=8),
-       version=st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.1x", b""]),
-       headers=st.lists(HEADER, max_size=6), body=st.binary(max_size=64))
-def test_bad_requests_on_the_secret_path_get_nginxs_own_errors(fronts, method, version,
-                                                              headers, body):
+@given(method=mostly([b"GET", b"POST", b"HEAD", b"CONNECT"],
+                     st.sampled_from([b"G\x00T", b"get"]) | st.binary(min_size=1, max_size=8)),
+       version=mostly([b"HTTP/1.1", b"HTTP/1.0"],
+                      st.sampled_from([b"HTTP/2.0", b"HTTP/1.1x", b"HTTP/0.9", b""])),
+       before=st.lists(HEADER, max_size=3), core=UPGRADE_FIELDS,
+       after=st.lists(HEADER, max_size=3), body=st.binary(max_size=64))
+def test_bad_requests_on_the_secret_path_get_nginxs_own_errors(fronts, method, version, before,
+                                                              core, after, body):
+    headers = before + core + after
     head = method + b" /" + SECRET.encode() + (b" " + version if version else b"") + b"\r\n"
     head += b"".join(k.encode() + b": " + v + b"\r\n" for k, v in headers)
-    answer = raw_request(Fronts.port(fronts.tunnel), head + b"\r\n" + body)
-    if answer.startswith(b"HTTP/1.1 101 Switching Protocols\r\n"):
-        # A request that really was an upgrade: nginx passed our server's exact 101.
+    upgraded = b"HTTP/1.1 101 Switching Protocols\r\n"
+
+    def echoed(out: bytes) -> bool:  # a tunnel stays open: stop once the body came back
+        return out.startswith(upgraded) and out.endswith(b"\r\n\r\n" + body)
+
+    answer = raw_request(Fronts.port(fronts.tunnel), head + b"\r\n" + body, echoed)
+    event(answer.split(b"\r\n", 1)[0][:30].decode("latin-1") if answer else "silence")
+    if answer.startswith(upgraded):
+        # A request that really was an upgrade: nginx passed our server's exact 101,
+        # and the bytes after the head came back through the tunnel.
         assert b"\r\nUpgrade: websocket\r\n" in answer
-        return
-    if answer.startswith(b"<html>"):
+        assert echoed(answer), answer[-200:]
+    elif answer.startswith(b"<html>"):
         # An HTTP/0.9 request (no version) gets nginx's error page with no head.
         assert b"<center>nginx/" in answer, answer[:300]
     elif answer:
-        # Everything else is nginx talking: its status line, its Server field.
+        # Everything else is nginx refusing: its error status, its Server field.
         status = answer.split(b"\r\n", 1)[0]
         assert status.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:200]
+        assert int(status.split()[1]) >= 400, answer[:200]
         assert b"\r\nServer: nginx" in answer, answer[:300]
-    # Nothing escaped the server's handlers.
+    else:
+        # Silence only while nginx waits for a body the request announced.
+        names = {k.lower() for k, _ in headers}
+        assert names & {"content-length", "transfer-encoding"}, head
+    # Nothing escaped the server's handlers, and none hit its unexpected-error path.
     assert fronts.backend.thread.is_alive() and not fronts.backend.errors
+    assert fronts.backend.server.stats.unexpected == 0
