@@ -71,7 +71,10 @@ class LiveEffects(Effects):
         if target in self.probed:
             return
         self.probed.add(target)
-        task = asyncio.get_running_loop().create_task(self._probe(flow, first_payload))
+        # The SNI the detector read (from the whole ClientHello, which the first
+        # payload may hold only the start of), for probes that ask by name.
+        sni = match.evidence.get("sni") if match is not None else None
+        task = asyncio.get_running_loop().create_task(self._probe(flow, first_payload, sni))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -84,13 +87,16 @@ class LiveEffects(Effects):
                                        float(cfg.get("delay_max_s", 3600.0))), 3)
         return float(cfg.get("delay_s", 0.5))
 
-    async def _probe(self, flow: dict[str, Any], first_payload: bytes) -> None:
+    async def _probe(self, flow: dict[str, Any], first_payload: bytes,
+                     sni: str | None = None) -> None:
         cfg = self.profile.prober
         host, _, port = self.prober.rpartition(":")  # type: ignore[union-attr]
         req = {"id": f"{flow['server']}:{flow['server_port']}", "host": flow["server"],
                "port": flow["server_port"], "first_payload": first_payload.hex(),
                "suites": cfg.get("suites", ["alice"]), "watch_s": cfg.get("watch_s", 10.0),
                "delay_s": self._delay(cfg)}
+        if sni:
+            req["sni"] = sni
         emit("probe_request", flow=flow, request={k: v for k, v in req.items()
                                                   if k != "first_payload"})
         try:

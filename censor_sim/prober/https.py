@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptcommon.tlshello import parse_client_hello
+from ptcommon.tlshello import NeedMore, parse_client_hello
 
 from .observe import SockFactory
 
@@ -113,8 +113,13 @@ class HttpsAnswer:
 
 
 def sni_of(first_payload: bytes) -> str | None:
-    """The server name in the suspicious flow's ClientHello, if there is one."""
-    hello = parse_client_hello(first_payload) if first_payload else None
+    """The server name in the suspicious flow's ClientHello, if the first payload holds
+    all of one (a long hello spans several segments: the censor then sends the name
+    its detector read, and without it the probes name no server)."""
+    try:
+        hello = parse_client_hello(first_payload) if first_payload else None
+    except (NeedMore, ValueError):
+        return None
     return hello.sni if hello else None
 
 

@@ -57,6 +57,9 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
         suites = list(req.get("suites", ["alice"]))
         watch = float(req.get("watch_s", 10.0))
         delay = float(req.get("delay_s", 0.0))
+        sni = req.get("sni")
+        if sni is not None and not isinstance(sni, str):
+            raise TypeError("sni must be a string")
     except (KeyError, ValueError, TypeError) as exc:
         return {"id": rid, "error": f"bad request: {exc!r}"}
     if not 0 < port < 65536 or not 0 < watch <= 600 or not 0 <= delay <= 3600:
@@ -80,7 +83,7 @@ async def handle_request(req: Any, pool: SourcePool | None = None) -> dict[str, 
         out["openvpn"] = ov.label
         out["results"] += [r.to_json() for r in ov.results]
     if "https" in suites:
-        answers = await https.investigate(host, port, payload, watch_s=watch,
+        answers = await https.investigate(host, port, payload, sni=sni, watch_s=watch,
                                           sock_factory=factory)
         out["https"] = https.classify(answers)
         out["results"] += [a.to_json() for a in answers]
@@ -107,7 +110,12 @@ async def _client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             else:
                 _emit("request", request={k: v for k, v in req.items() if k != "first_payload"}
                       if isinstance(req, dict) else req)
-                reply = await handle_request(req, pool)
+                try:
+                    reply = await handle_request(req, pool)
+                except Exception as exc:  # noqa: BLE001 - one bad probe must not end the service
+                    _emit("error", error=f"{type(exc).__name__}: {exc}")
+                    reply = {"id": req.get("id") if isinstance(req, dict) else None,
+                             "error": f"probe failed: {type(exc).__name__}"}
             _emit("verdict", **{k: v for k, v in reply.items() if k != "results"})
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()

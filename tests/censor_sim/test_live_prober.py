@@ -125,3 +125,50 @@ def test_frolov_trees_label_what_they_probe_and_a_label_blocks(
         prober.stop()
         outline.close()
         forever.close()
+
+
+def test_a_probe_that_raises_is_an_error_reply_and_the_service_carries_on(monkeypatch):
+    """An exception no suite expected ends that request with an error reply and one
+    event line; the connection and the service go on to the next request."""
+    import asyncio
+    import json
+
+    from censor_sim.prober import service
+
+    calls = []
+
+    async def flaky(req, pool=None):
+        calls.append(req["id"])
+        if req["id"] == 1:
+            raise RuntimeError("a suite's bug")
+        return {"id": req["id"], "label": "ok"}
+
+    monkeypatch.setattr(service, "handle_request", flaky)
+
+    # serve() binds where it is told: find a free port first.
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def exchange() -> list[dict]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.serve("127.0.0.1", port, stop))
+        for _ in range(50):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        replies = []
+        for rid in (1, 2):
+            writer.write(json.dumps({"id": rid}).encode() + b"\n")
+            replies.append(json.loads(await asyncio.wait_for(reader.readline(), 5)))
+        writer.close()
+        stop.set()
+        await task
+        return replies
+
+    first, second = asyncio.run(exchange())
+    assert first == {"id": 1, "error": "probe failed: RuntimeError"}
+    assert second == {"id": 2, "label": "ok"} and calls == [1, 2]

@@ -119,3 +119,20 @@ async def test_the_probe_sends_the_sni_of_the_suspicious_flow(site):
     async with server:
         await https.investigate("127.0.0.1", port, first, watch_s=1.0)
     assert seen and set(seen) == {"bridge.example"}
+
+
+async def test_a_hello_split_over_segments_gives_no_name_and_the_censors_name_wins(site):
+    """A long ClientHello (post-quantum key shares) spans two segments: the first
+    payload alone holds no complete hello. The probes then use the name the censor's
+    detector read from the whole hello, and never fail on the fragment."""
+    seen: list[str | None] = []
+    site.sni_callback = lambda sock, name, _ctx: seen.append(name)
+    server, port = await serve(web, site)
+    fragment = client_hello("bridge.example")[:60]
+    assert https.sni_of(fragment) is None
+    assert https.sni_of(b"\x16\x03\x01\xff\xff" + bytes(40)) is None
+    async with server:
+        answers = await https.investigate("127.0.0.1", port, fragment, sni="bridge.example",
+                                          watch_s=1.0)
+    assert https.classify(answers) == https.WEB_SERVER
+    assert seen and set(seen) == {"bridge.example"}
