@@ -20,7 +20,10 @@ finds it; ``needs_tags`` skips the row on a build without the tags it needs),
 ``{state}``
 (the cell's directory for this row),
 ``{target_host}`` ``{target_port}`` (the web server the workloads fetch from),
-``{lab_ca}`` (the lab CA's certificate), ``{dns_host}`` (the lab resolver, which
+``{lab_ca}`` (the lab CA's certificate), ``{lab_cert}`` ``{lab_key}`` (a
+certificate the lab CA issues for the row's ``lab_cert_names``, default
+``bridge.lab``, and the bridge's address, with its key: for a server the lab's
+clients trust without pinning), ``{dns_host}`` (the lab resolver, which
 delegates ``{tunnel_domain}`` to ``{server_host}:{server_port}`` for DNS tunnels),
 and ``{config.NAME}`` (the path of
 config file NAME, rendered from ``[transports.X.configs]`` with the same
@@ -39,6 +42,7 @@ import secrets
 import shlex
 import shutil
 import string
+from pathlib import Path
 from typing import Any
 
 from netns.errors import LabError
@@ -47,6 +51,7 @@ from ptcommon.suggest import did_you_mean
 from .. import tools as toolbox
 from ..flowroles import BENIGN_PORTS
 from ..labservices import TUNNEL_ZONE
+from ..services.ca import LabCA
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 SERVER_PORT = 9850
@@ -57,10 +62,14 @@ MODES = ("socks", "tunnel")
 # host's /run/wireguard/, which every namespace and every lab shares.
 TUN_SUBNET, TUN_SERVER, TUN_CLIENT = "198.19.253.0/30", "198.19.253.1", "198.19.253.2"
 KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries",
-        "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s", "needs_tags"}
+        "server_ready", "client_ready", "ready_timeout_s", "bootstrap_floor_s", "needs_tags",
+        "lab_cert_names"}
 PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secret", "uuid",
                 "secret_b64", "state", "target_host", "target_port", "lab_ca", "tun_dev",
-                "tun_server", "tun_client", "dns_host", "tunnel_domain"}
+                "tun_server", "tun_client", "dns_host", "tunnel_domain", "lab_cert", "lab_key"}
+# The name {lab_cert} is issued for when the row names none (the bridge's, as the
+# WebTunnel rows' certificate is).
+LAB_CERT_NAMES = ["bridge.lab"]
 # {tool.NAME}: the path of a tool found by ptlab.tools (the spec, the environment,
 # a package that ships it, PATH).
 TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -162,6 +171,10 @@ class ExternalPlugin(LabPlugin):
         for role in ("server_ready", "client_ready"):
             if role in options and not isinstance(options[role], str):
                 raise TemplateError(f"{where}.{role}: expected a regular expression")
+        names = options.get("lab_cert_names", LAB_CERT_NAMES)
+        if (not isinstance(names, list) or not names
+                or not all(isinstance(n, str) and n for n in names)):
+            raise TemplateError(f"{where}.lab_cert_names: expected a list of DNS names")
         for key in ("ready_timeout_s", "bootstrap_floor_s"):
             v = options.get(key, 0)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 600:
@@ -230,7 +243,10 @@ class ExternalPlugin(LabPlugin):
             "tun_client": TUN_CLIENT,
             "dns_host": ctx.lab.addr("svc") if _has_role(ctx.lab, "svc") else "",
             "tunnel_domain": TUNNEL_ZONE,
+            "lab_cert": "", "lab_key": "",
         }
+        if self._uses_lab_cert():
+            values["lab_cert"], values["lab_key"] = self._lab_cert(ctx)
         # Each side renders its own copy ({tun_dev} differs by side), and every path is
         # known before any file is written, so configs may name each other in any order.
         configs = self.options.get("configs", {})
@@ -239,6 +255,21 @@ class ExternalPlugin(LabPlugin):
         for name, text in configs.items():
             (state / f"{role}-{name}").write_text(text.format(**values))
         return values
+
+    def _uses_lab_cert(self) -> bool:
+        texts = [self.options.get("server", ""), self.options.get("client", ""),
+                 *self.options.get("configs", {}).values()]
+        return any({"lab_cert", "lab_key"} & placeholders(x, self.name) for x in texts if x)
+
+    def _lab_cert(self, ctx: CellContext) -> tuple[str, str]:
+        """The row's certificate and key from the lab CA (reused while its names and
+        the bridge's address stay the same)."""
+        if ctx.lab_ca is None:
+            raise LabError(f"{self.name}: {{lab_cert}} needs the lab CA, and this lab has none")
+        ca = LabCA.load_or_create(Path(ctx.lab_ca).parent)
+        names = list(self.options.get("lab_cert_names", LAB_CERT_NAMES))
+        cert, key = ca.issue(names, [ctx.lab.addr("bridge")], f"ext-{self.name}")
+        return str(cert), str(key)
 
     def _argv(self, role: str, ctx: CellContext) -> list[str]:
         missing = [b for b in self.peer_binaries() if shutil.which(b) is None]

@@ -11,11 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from netns.errors import LabError
 from ptlab import plugins
 from ptlab.flowroles import BENIGN_PORTS
 from ptlab.plugins.base import CellContext
 from ptlab.plugins.external import ExternalPlugin
+from ptlab.services.ca import LabCA
 from ptlab.spec import SpecError, parse_spec
 from tests.support.extrows import curated, run_row
 
@@ -60,6 +65,9 @@ def test_a_row_whose_client_names_the_resolver_tunnels_through_it():
     ({"configs": {"c.json": "x"}}, "transports.mytool.configs.c.json: a config name must"),
     ({"binaries": "ss-server"}, "transports.mytool.binaries: expected a list"),
     ({"bootstrap_floor_s": "x"}, "transports.mytool.bootstrap_floor_s: expected seconds"),
+    ({"lab_cert_names": "www.ptl.example"},
+     "transports.mytool.lab_cert_names: expected a list of DNS names"),
+    ({"lab_cert_names": []}, "transports.mytool.lab_cert_names: expected a list of DNS names"),
 ])
 def test_bad_templates_fail_at_spec_load_with_the_key_path(change, message):
     with pytest.raises(SpecError) as exc:
@@ -115,6 +123,44 @@ def test_configs_may_name_each_other_in_any_order(tmp_path: Path):
     a = Path(argv[1])
     assert a.read_text() == f"include {a.parent / 'server-b'}"
     assert (a.parent / "server-b").read_text() == "port = 9850"
+
+
+def test_lab_cert_is_issued_by_the_lab_ca_for_the_rows_names(tmp_path: Path):
+    """{lab_cert}/{lab_key}: a server certificate the lab's clients trust through the
+    lab CA, for the row's names and the bridge's address, the same for both sides."""
+    ca = LabCA.load_or_create(tmp_path / "ca")
+    row = {**SS, "binaries": [], "server": "tool --cert {lab_cert} --key {lab_key}",
+           "client": "tool --ca {lab_ca}", "lab_cert_names": ["www.ptl.example"]}
+    parse_spec(spec_with(row))
+    ctx = CellContext(lab=_Lab(), workdir=tmp_path, options=row, seed=1,  # type: ignore[arg-type]
+                      upstream=("198.18.5.2", 80), lab_ca=ca.ca_path)
+    argv = plugins.get("mytool")._argv("server", ctx)
+    cert_path, key_path = Path(argv[2]), Path(argv[4])
+    leaf, root = x509.load_pem_x509_certificates(cert_path.read_bytes())
+    leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.ca_path.read_bytes()))
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["www.ptl.example"]
+    assert [str(a) for a in san.get_values_for_type(x509.IPAddress)] == ["198.18.3.2"]
+    key = load_pem_private_key(key_path.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert key.public_key().public_numbers() == leaf.public_key().public_numbers()
+    assert plugins.get("mytool")._argv("client", ctx)[-1] == str(ca.ca_path)
+    # The next cell reuses the same files (same names, same address).
+    assert plugins.get("mytool")._argv("server", ctx)[2] == str(cert_path)
+
+
+def test_lab_cert_defaults_to_the_bridges_name_and_needs_a_lab_ca(tmp_path: Path):
+    row = {**SS, "binaries": [], "server": "tool --cert {lab_cert}"}
+    parse_spec(spec_with(row))
+    ctx = CellContext(lab=_Lab(), workdir=tmp_path, options=row, seed=1,  # type: ignore[arg-type]
+                      upstream=("198.18.5.2", 80))
+    with pytest.raises(LabError, match=r"mytool: \{lab_cert\} needs the lab CA"):
+        plugins.get("mytool")._argv("server", ctx)
+    ctx.lab_ca = LabCA.load_or_create(tmp_path / "ca").ca_path
+    leaf = x509.load_pem_x509_certificates(
+        Path(plugins.get("mytool")._argv("server", ctx)[-1]).read_bytes())[0]
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["bridge.lab"]
 
 
 def test_a_tool_that_is_not_installed_is_named(tmp_path: Path):

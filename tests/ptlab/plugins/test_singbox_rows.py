@@ -18,7 +18,7 @@ import pytest
 
 from censor_sim.detectors import quic
 from ptlab import plugins, tools
-from ptlab.plugins.external import ExternalPlugin
+from ptlab.plugins.external import SERVER_PORT, ExternalPlugin
 from ptlab.results import Row
 from ptlab.runner import LabRunner
 from ptlab.scoring import apply_expectations
@@ -115,7 +115,8 @@ def test_the_environment_variable_points_rows_at_another_build(tmp_path, monkeyp
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("name", ["sb-hysteria2", "sb-vless-vision", "sb-ss2022"])
+@pytest.mark.parametrize("name", ["sb-hysteria2", "sb-vless-vision", "sb-ss2022",
+                                  "sb-shadowtls-ss2022"])
 def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     cell = run_row(lab, name, curated(name, SPEC.name), bulk_size=3_000_000)
     assert cell.status == "reachable", cell.error
@@ -125,6 +126,21 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     # checks the sums; a fast row moving 3 MB uses a few milliseconds).
     assert set(cell.cpu_s) == {"client", "server"}
     assert all(0 <= s < 30 for s in cell.cpu_s.values())
+
+
+@pytest.mark.lab
+def test_shadowtls_shows_a_prober_the_nginx_whose_handshake_it_borrows(lab):
+    """ShadowTLS v3 relays anyone without its password to the handshake server, here
+    Debian's nginx with a lab-CA certificate: an HTTPS prober that connects with the
+    same SNI completes TLS and finds a web server."""
+    name = "sb-shadowtls-ss2022"
+    cell = run_row(lab, name, curated(name, SPEC.name), censor="https-front-prober",
+                   overrides={"detectors": {"tls": {"ports": [SERVER_PORT]}},
+                              "prober": {"delay_s": 0.1, "watch_s": 0.5}},
+                   bulk_size=3_000_000)
+    assert cell.status == "reachable", cell.error
+    assert cell.probes_sent >= 1, "the prober never probed the bridge"
+    assert cell.probe_verdicts == {"https-web-server": cell.probes_sent}
 
 
 def _first_flight(config: dict, udp: socket.socket, socks_port: int) -> list[bytes]:
