@@ -477,6 +477,9 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> dict[str, dict[s
                                                                    fet_p0)),
         ("+ issue 22's detectors", lambda: start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)),
                                                         fet_p0)),
+        ("gfw-fet-2021 on-path, SYNs copied", lambda: start_censor(
+            lab, tmp, "gfw-fet-2021", {**tap, "datapath": {**tap["datapath"],
+                                                           "watch_births": False}})),
         ("gfw-fet-2021 on-path (NFLOG tap)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
                                                                   tap)),
     ]

@@ -12,8 +12,10 @@ to a process and back, plus the Python of one callback. A censor that does
 any work per packet cannot go below it.
 
 With ``tap`` it is the floor of an on-path censor instead: the same rules
-with the NFLOG target, a reader that drains the copies (``censor_sim.nflog``)
-and looks at nothing, while the kernel forwards the packets on its own.
+with the NFLOG target (and, as the censor's tap has them, TCP SYNs left in the
+kernel with only connections born under the rules copied: ``watch_births``), a
+reader that drains the copies (``censor_sim.nflog``) and looks at nothing,
+while the kernel forwards the packets on its own.
 
 On SIGTERM it prints one JSON line: packets queued (or copies read), and its
 CPU split into user and kernel time.
@@ -72,7 +74,8 @@ def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") 
             closers.append(q.unbind)
     datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True,
                                                 mechanism=mechanism, tap_batch=int(batch),
-                                                client_side_only=True))
+                                                client_side_only=True,
+                                                watch_births=mechanism == "tap"))
     poller = select.epoll()
     for fd in sources:
         poller.register(fd, select.EPOLLIN)

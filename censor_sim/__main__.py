@@ -164,6 +164,12 @@ async def run(config: dict, poll: float) -> None:
                                      # The kernel counts in hundredths; round up.
                                      tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10),
                                      client_side_only=client_side and not every)
+        # On the tap, a censor of clients' payloads alone needs no SYN either: the
+        # kernel marks the connections it saw born and copies only theirs.
+        queue.watch_births = (on_path and queue.skip_empty_tcp and queue.client_side_only
+                              and bool(dp.get("watch_births", True)))
+        if queue.watch_births:
+            engine.watch_births()
     throttle = None
     if "throttle" in profile.actions:
         t = profile.actions["throttle"]

@@ -45,8 +45,12 @@ MARK_PASS = 0x80
 FLOW_MASK = 0x70
 # Conntrack-only bit: this connection already passed the static blocklist.
 MARK_CHECKED = 0x100
-# Packet-only bit set before the queue: a TCP segment with no payload, not a bare SYN.
+# Packet-only bit set before the queue: a TCP segment with no payload, not a bare SYN
+# (with ``watch_births``, a bare SYN too).
 MARK_EMPTY = 0x200
+# Conntrack-only bit: this TCP connection began with a SYN the censor's ruleset saw
+# (``watch_births``), so its first copied segment is its first payload.
+MARK_BORN = 0x400
 FLOW_MARKS = {"accept": MARK_ACCEPT, "drop": MARK_DROP, "throttle": MARK_THROTTLE,
               "freeze": MARK_FREEZE, "loss": MARK_LOSS}
 BLOCK_COUNTERS = {
@@ -97,6 +101,13 @@ class QueueConfig:
     (the handshake's SYN+ACK and ACK, bare ACKs, FINs) stay in the kernel. A censor whose
     inspectors judge payloads alone needs only the SYN (which starts a flow) and
     the payloads; this halves what a short TCP flow costs it.
+
+    ``watch_births``: the SYN stays in the kernel as well. The ruleset marks each
+    TCP connection whose SYN it sees (``MARK_BORN``) and copies only those
+    connections' segments, so the first copy of a connection is its first
+    payload, and a connection that began before the censor is never mistaken for
+    a new one. A TCP flow then costs the censor one copy instead of two. For an
+    on-path tap whose inspectors read only clients' payloads.
     """
 
     inside: str
@@ -115,6 +126,7 @@ class QueueConfig:
     # No inspector reads what the server side sends: only the client side's
     # packets go to the censor (blocking still acts on both ways, in the kernel).
     client_side_only: bool = False
+    watch_births: bool = False
 
 
 @dataclass
@@ -129,7 +141,8 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
             stateful_blocklist: bool | None = None, freeze_bytes: int | None = None,
             allowlist: Blocklist | None = None, inside: str | None = None,
-            loss_percent: float | None = None, skip_empty_tcp: bool = False) -> str:
+            loss_percent: float | None = None, skip_empty_tcp: bool = False,
+            watch_births: bool = False) -> str:
     """The nft script for the censor table (replacing any previous one).
 
     Only what the profile can use is emitted (every rule costs every forwarded
@@ -184,7 +197,11 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
         # verdict map on the TCP data offset jumps to a chain per header size that
         # knows the one IP length a segment with no payload has (no IP options).
         doffs = range(5, 16)
-        pre.append(f"ct mark & {MARK_MASK:#x} == 0 meta l4proto tcp tcp flags & (syn | ack) != syn "
+        not_syn = "" if watch_births else "tcp flags & (syn | ack) != syn "
+        if watch_births:
+            pre.append("ct state new meta l4proto tcp tcp flags & (syn | ack) == syn "
+                       f"ct mark set ct mark or {MARK_BORN:#x}")
+        pre.append(f"ct mark & {MARK_MASK:#x} == 0 meta l4proto tcp {not_syn}"
                    "tcp doff vmap { " + ", ".join(f"{d} : jump empty{d}" for d in doffs) + " }")
         empty_chains = "".join(
             f"  chain empty{d} {{\n"
@@ -269,15 +286,23 @@ def queue_rules(q: QueueConfig) -> list[list[str]]:
                 "--connbytes-dir", "both", "--connbytes-mode", "packets"]
     if q.skip_empty_tcp:
         cond += ["-m", "mark", "!", "--mark", f"{MARK_EMPTY:#x}/{MARK_EMPTY:#x}"]
+    if q.watch_births and q.inspect_packets is not None:
+        # TCP: only connections born under the ruleset (and still undecided); the
+        # rest of the protocols as before.
+        born = cond[:3] + [f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}"] + cond[4:]
+        variants = [["-p", "tcp", *born], ["!", "-p", "tcp", *cond]]
+    else:
+        variants = [cond]
     def target(num: int) -> list[str]:
         if q.mechanism == "tap":
             return ["-j", "NFLOG", "--nflog-group", str(num), "--nflog-threshold",
                     str(q.tap_batch)]
         return ["-j", "NFQUEUE", "--queue-num", str(num)]
 
-    rules = [["-A", CHAIN, "-i", q.inside, *cond, *target(QUEUE_C2S)]]
+    rules = [["-A", CHAIN, "-i", q.inside, *c, *target(QUEUE_C2S)] for c in variants]
     if not q.client_side_only:
-        rules.append(["-A", CHAIN, "-i", q.outside, "-o", q.inside, *cond, *target(QUEUE_S2C)])
+        rules += [["-A", CHAIN, "-i", q.outside, "-o", q.inside, *c, *target(QUEUE_S2C)]
+                  for c in variants]
     return rules
 
 
@@ -306,7 +331,8 @@ def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
                                     allowlist=allowlist,
                                     inside=inside or (queue.inside if queue else None),
                                     loss_percent=loss_percent,
-                                    skip_empty_tcp=bool(queue and queue.skip_empty_tcp)))
+                                    skip_empty_tcp=bool(queue and queue.skip_empty_tcp),
+                                    watch_births=bool(queue and queue.watch_births)))
     if queue is not None:
         remove_queue()
         for tool in ("iptables", "ip6tables"):

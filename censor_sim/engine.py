@@ -117,9 +117,20 @@ class Engine:
                                                 for i in self.inspectors))
         self.residual: dict[ResidualKey, Residual] = {}
         self.midstream = bool(dp.get("midstream", False))
+        # The datapath copies only TCP connections whose SYN its ruleset saw, and
+        # leaves the SYN itself in the kernel (datapath.QueueConfig.watch_births):
+        # a flow's first TCP packet here is then its first payload, not mid-stream.
+        self.births_watched = False
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
 
     # -- per packet -------------------------------------------------------------------
+
+    def watch_births(self) -> None:
+        """The datapath sees TCP SYNs for the censor (datapath.QueueConfig.watch_births):
+        take a connection's first copy as its start, and tell a reused 4-tuple's new
+        connection by its sequence numbers."""
+        self.births_watched = True
+        self.flows.reuse_by_seq = True
 
     def handle(self, pkt: Packet, from_client: bool) -> Verdict:
         """Decide one packet that came in on the client side (`from_client`) or not."""
@@ -131,7 +142,8 @@ class Engine:
         flow, c2s = self.flows.lookup(pkt, from_client)
         if flow.packets == 0:
             self.stats["flows"] += 1
-            if pkt.proto == TCP and not (c2s and pkt.pure_syn) and not self.midstream:
+            if (pkt.proto == TCP and not (c2s and pkt.pure_syn) and not self.midstream
+                    and not self.births_watched):
                 # Seen mid-stream (it began before the censor did, or its state
                 # expired): nothing trustworthy to judge its first payload by.
                 # A censor that needs no handshake (Henan's) sets datapath.midstream.

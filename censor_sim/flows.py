@@ -70,10 +70,19 @@ class Flow(KeyedFlow):
     # one that is finished with it is no longer here.
     active: list[Any] | None = None
     decided: str | None = None
+    # Where the client's TCP byte stream had got to (sequence number after its last
+    # payload seen), when the table tells connections apart by it; -1 before.
+    c2s_seq_end: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return {"client": self.client, "server": self.server, "proto": self.proto,
                 "client_port": self.client_port, "server_port": self.server_port}
+
+
+# How far (bytes) a client payload's sequence number may sit from where its flow's
+# stream had got to and still belong to it: a TCP window and more, where two
+# connections' random initial sequence numbers fall this close once in 2,000.
+SEQ_WINDOW = 1 << 20
 
 
 class FlowTable:
@@ -81,8 +90,13 @@ class FlowTable:
 
     def __init__(self, clock: Callable[[], float], idle_s: float = 120.0,
                  max_flows: int = 65536, buffer_cap: int = 65536,
-                 stats_packets: int = 30, record_stats: bool = True) -> None:
+                 stats_packets: int = 30, record_stats: bool = True,
+                 reuse_by_seq: bool = False) -> None:
         self.clock = clock
+        # Without SYNs (an on-path tap that leaves them in the kernel), a reused
+        # 4-tuple's new connection shows itself by a sequence number far from where
+        # the old connection's client stream had got to.
+        self.reuse_by_seq = reuse_by_seq
         # Per-packet sizes and times (flow.stats) cost every packet; only some
         # detectors read them (Inspector.uses_flow_stats), so the engine asks.
         self.record_stats = record_stats
@@ -113,6 +127,15 @@ class FlowTable:
             # any data or decision stays in its flow.
             del self._flows[key]
             flow = None
+        elif (flow is not None and self.reuse_by_seq and from_client and pkt.payload
+              and flow.c2s_seq_end >= 0 and pkt.proto == 6
+              and SEQ_WINDOW < (pkt.seq - flow.c2s_seq_end) % 0x100000000
+              < 0x100000000 - SEQ_WINDOW):
+            # A payload nowhere near the old stream: a new connection on this 4-tuple
+            # whose SYN the censor did not see (copies that race a decision, and
+            # retransmissions, fall inside the window).
+            del self._flows[key]
+            flow = None
         if flow is None:
             flow = Flow(key, now, now, FlowStats(self.stats_packets))
             self._flows[key] = flow
@@ -131,6 +154,8 @@ class FlowTable:
             flow.c2s_data_packets += 1
             if flow.first_data is None:
                 flow.first_data = now
+            if self.reuse_by_seq and pkt.proto == 6:
+                flow.c2s_seq_end = (pkt.seq + len(pkt.payload)) % 0x100000000
         if pkt.payload and flow.decided is None:
             buf, chunks = (flow.c2s, flow.c2s_payloads) if c2s else (flow.s2c, flow.s2c_payloads)
             if not chunks:

@@ -77,8 +77,11 @@ def profile_path(name: str) -> Path:
 
 
 # In-path (NFQUEUE: the packet waits for the verdict) or on-path (NFLOG copies:
-# the tap, batched by `tap_batch` copies or `tap_wait_ms`).
-DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0}
+# the tap, batched by `tap_batch` copies or `tap_wait_ms`; a tap whose inspectors
+# read only clients' payloads leaves TCP SYNs in the kernel unless `watch_births`
+# is false: docs/lab/censor.md §1).
+DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0,
+                                     "watch_births": True}
 
 
 def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:

@@ -228,3 +228,45 @@ def test_a_model_needing_more_than_the_budget_is_refused():
         ml_engine(datapath={"inspect_packets": 12})
     with pytest.raises(ValueError, match="no model"):
         ml_engine(detectors={"meek": {"model": "nonexistent"}})
+
+
+def test_with_births_watched_the_first_copy_is_the_flows_start_and_a_reused_tuple_is_told_by_seq():
+    """The on-path tap that leaves SYNs in the kernel (datapath.watch_births) hands the
+    engine a connection's first payload first. The engine judges it (no mid-stream
+    pass), keeps copies that race its decision in the decided flow, and takes a
+    payload far from the old stream on the same 4-tuple for a new connection."""
+    from censor_sim.packet import ACK, PSH
+
+    eng, clock = fet_engine(p=1.0, seconds=(0.001,))
+    eng.watch_births()
+    random_bytes = random.Random(3).randbytes(200)
+    while _exempt(random_bytes):
+        random_bytes = random.Random(len(random_bytes)).randbytes(200)
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random_bytes, seq=1000), True)
+    assert eng.stats["flows"] == 1 and eng.stats["detections"] == 1
+    # A copy of the same connection that raced the decision: no new flow, no new judging.
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random_bytes[:100], seq=1200), True)
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random_bytes[:100], seq=1000), True)
+    assert eng.stats["flows"] == 1 and eng.stats["detections"] == 1
+    # A new connection on the same 4-tuple, its SYN unseen (after the residual): judged
+    # afresh, and its random first payload detected again.
+    clock.t += 1
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, random_bytes, seq=3_000_000_000),
+               True)
+    assert eng.stats["flows"] == 2 and eng.stats["detections"] == 2
+    # Across the window's edge: 1 MiB past the stream's end is still the same connection.
+    clock.t += 1
+    end = (3_000_000_000 + len(random_bytes)) % 2**32
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, b"y", seq=end + (1 << 20)), True)
+    assert eng.stats["flows"] == 2
+    end += (1 << 20) + 1  # and the stream now ends after that byte
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, PSH | ACK, b"y", seq=end + (1 << 20) + 1), True)
+    assert eng.stats["flows"] == 3
+
+
+def test_without_births_watched_a_flow_first_seen_mid_stream_is_not_judged():
+    from censor_sim.packet import ACK, PSH
+
+    eng, _ = fet_engine(p=1.0)
+    v = eng.handle(tcp(CLIENT, SERVER, 40001, 443, PSH | ACK, bytes(range(200))), True)
+    assert v.flow == "accept" and eng.stats["detections"] == 0

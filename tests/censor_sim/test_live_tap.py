@@ -158,3 +158,46 @@ def test_a_tap_resets_a_blocked_name_after_its_hello_reached_the_server(
     assert final["mechanism"] == "nflog" and final["injected"] == 6  # RA x3 to each end
     [det] = censor.events("detection")
     assert det["evidence"]["matched"] == "blocked.lab"
+
+
+@pytest.mark.parametrize(("port", "births", "copies_per_flow"),
+                         [(7170, {}, 1), (7173, {"watch_births": False}, 2)],
+                         ids=["births-watched", "syns-copied"])
+def test_a_payload_censor_on_the_tap_gets_one_copy_per_tcp_flow(
+        censor_lab, run_censor, echo, tcp, port, births, copies_per_flow):
+    """FET reads only the client's first payload: with births watched the SYN stays in
+    the kernel and each connection costs one copy, and every one is still judged
+    from its first payload (docs/lab/censor.md §1)."""
+    srv = censor_lab.addr("bridge")
+    echo([port])
+    censor = run_censor("gfw-fet-2021", {**fet("residual", **births),
+                                         "policy": {"rules": [{"detector": "fet",
+                                                               "action": "residual",
+                                                               "probability": 0.0}]}})
+    flows = 6
+    for _ in range(flows):
+        assert tcp(srv, port, [NOISE]) == "ok"
+    # A connection opened before the censor is never judged from the middle.
+    final = censor.stop()
+    detections = [d for d in censor.events("detection") if d["flow"]["server_port"] == port]
+    assert len(detections) == flows
+    assert all(d["evidence"]["rule"] == "not-exempt" for d in detections)
+    assert final["queued"] == flows * copies_per_flow
+
+
+def test_a_connection_open_before_the_tap_started_is_not_judged_mid_stream(
+        censor_lab, run_censor, echo):
+    srv, port = censor_lab.addr("bridge"), 7176
+    echo([port])
+    early = connect(censor_lab, srv, port)
+    try:
+        early.sendall(HTTP)
+        assert early.recv(100)
+        censor = run_censor("gfw-fet-2021", fet("residual"))
+        early.sendall(NOISE)  # random bytes, mid-stream: not a first payload
+        assert early.recv(100)
+        final = censor.stop()
+    finally:
+        early.close()
+    assert not [d for d in censor.events("detection") if d["flow"]["server_port"] == port]
+    assert final["queued"] == 0

@@ -122,3 +122,29 @@ def test_which_inspectors_read_the_server_side():
     assert reads("gfw-fet-2021") == {False}  # the first client payload
     assert reads("sni-blocklist") == {False}  # the client's ClientHello
     assert reads("gfw-quic-sni-2024") == {True}  # inbound Initials count too
+
+
+def test_watching_births_leaves_syns_in_the_kernel_and_copies_only_connections_it_saw_born():
+    from censor_sim.datapath import MARK_BORN, MARK_MASK, QueueConfig, queue_rules
+
+    text = ruleset(None, skip_empty_tcp=True, watch_births=True)
+    pre = text.split("chain pre")[1].split("chain post")[0]
+    born = ("ct state new meta l4proto tcp tcp flags & (syn | ack) == syn "
+            f"ct mark set ct mark or {MARK_BORN:#x}")
+    assert born in pre
+    # A bare SYN now counts as a segment with no payload (it stays in the kernel) ...
+    assert "tcp flags & (syn | ack) != syn" not in pre
+    # ... where without watch_births it goes to the censor, which starts the flow on it.
+    assert "tcp flags & (syn | ack) != syn" in ruleset(None, skip_empty_tcp=True)
+    assert "ct mark or 0x400" not in ruleset(None, skip_empty_tcp=True)
+    # The marking comes before the vmap that decides what is empty.
+    assert pre.index(born) < pre.index("tcp doff vmap")
+
+    q = QueueConfig("in0", "out0", 8, skip_empty_tcp=True, mechanism="tap",
+                    client_side_only=True, watch_births=True)
+    tcp_rule, other_rule = queue_rules(q)
+    assert tcp_rule[4:7] == ["-p", "tcp", "-m"]
+    assert f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}" in tcp_rule
+    assert other_rule[4:7] == ["!", "-p", "tcp"]
+    assert f"0/{MARK_MASK:#x}" in other_rule and f"{MARK_BORN:#x}" not in " ".join(other_rule)
+    assert tcp_rule[-6:] == other_rule[-6:] and tcp_rule[-3] == "10"
