@@ -127,6 +127,10 @@ class QueueConfig:
     # packets go to the censor (blocking still acts on both ways, in the kernel).
     client_side_only: bool = False
     watch_births: bool = False
+    # The transport protocols (IP protocol numbers) some inspector reads; None for
+    # all. Packets of the others never leave the kernel (FET reads TCP alone, so
+    # a FET censor sees no UDP).
+    protocols: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -286,11 +290,16 @@ def queue_rules(q: QueueConfig) -> list[list[str]]:
                 "--connbytes-dir", "both", "--connbytes-mode", "packets"]
     if q.skip_empty_tcp:
         cond += ["-m", "mark", "!", "--mark", f"{MARK_EMPTY:#x}/{MARK_EMPTY:#x}"]
+    tcp_cond = cond
     if q.watch_births and q.inspect_packets is not None:
-        # TCP: only connections born under the ruleset (and still undecided); the
-        # rest of the protocols as before.
-        born = cond[:3] + [f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}"] + cond[4:]
-        variants = [["-p", "tcp", *born], ["!", "-p", "tcp", *cond]]
+        # TCP: only connections born under the ruleset (and still undecided).
+        tcp_cond = cond[:3] + [f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}"] + cond[4:]
+    names = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp"}
+    if q.protocols is not None:
+        variants = [["-p", names.get(p, str(p)), *(tcp_cond if p == 6 else cond)]
+                    for p in sorted(set(q.protocols))]
+    elif tcp_cond is not cond:
+        variants = [["-p", "tcp", *tcp_cond], ["!", "-p", "tcp", *cond]]
     else:
         variants = [cond]
     def target(num: int) -> list[str]:

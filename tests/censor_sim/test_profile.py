@@ -148,3 +148,18 @@ def test_watching_births_leaves_syns_in_the_kernel_and_copies_only_connections_i
     assert other_rule[4:7] == ["!", "-p", "tcp"]
     assert f"0/{MARK_MASK:#x}" in other_rule and f"{MARK_BORN:#x}" not in " ".join(other_rule)
     assert tcp_rule[-6:] == other_rule[-6:] and tcp_rule[-3] == "10"
+
+
+def test_only_the_protocols_some_inspector_reads_leave_the_kernel():
+    from censor_sim.datapath import QueueConfig, queue_rules
+
+    tcp_only = queue_rules(QueueConfig("in0", "out0", 8, protocols=(6,)))
+    # The client side's rule, then the server side's (which names both interfaces).
+    assert [r[4:6] for r in tcp_only] == [["-p", "tcp"], ["-o", "in0"]]
+    assert tcp_only[1][6:8] == ["-p", "tcp"]
+    both = queue_rules(QueueConfig("in0", "out0", 8, protocols=(17, 6), client_side_only=True,
+                                   mechanism="tap", skip_empty_tcp=True, watch_births=True))
+    assert [r[4:6] for r in both] == [["-p", "tcp"], ["-p", "udp"]]
+    assert "0x400/0x470" in both[0] and "0x400/0x470" not in both[1]
+    # None: every protocol, as before (a packet censor such as Geneva's).
+    assert all("-p" not in r for r in queue_rules(QueueConfig("in0", "out0", 8)))
