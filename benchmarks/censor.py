@@ -517,8 +517,11 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> dict[str, dict[s
             else:
                 print(f"  {'':40s} last run: {seen} packets seen; per packet CPU "
                       f"{fin.get('cpu_per_packet_us')} µs (user {fin.get('user_per_packet_us')})")
-        print(f"  per-packet cost, issue 22's detectors / FET alone = "
-              f"{costs[1] / (costs[0] or 1):.3f}")
+        if len(costs) > 1 and costs[0]:
+            print(f"  per-packet cost, issue 22's detectors / FET alone = "
+                  f"{costs[1] / costs[0]:.3f}")
+        else:  # FET reads TCP alone: its censor sees no UDP (docs/lab/censor.md §1)
+            print("  per-packet cost, issue 22's detectors / FET alone: FET saw no packet")
     return ratios
 
 
