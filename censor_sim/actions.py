@@ -75,6 +75,9 @@ class Verdict:
     # This packet passes even though the residual entry its own verdict
     # created would drop it (Iran's filter drops "every packet after the first").
     passthrough: bool = False
+    # The flow was decided on an earlier packet; this one only follows (a copy that
+    # raced the decision to the tap, say): nothing new for the datapath to record.
+    repeat: bool = False
 
     @classmethod
     def accept(cls) -> Verdict:

@@ -152,7 +152,8 @@ class Engine:
         if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:
             return v
         if flow.decided is not None:
-            return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided)
+            return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided,
+                           repeat=True)
         # The inspectors still asking about this flow: scoped once, on its first
         # packet (ranges and ports do not change), then thinned as each finishes.
         active = flow.active

@@ -130,9 +130,6 @@ class QueueRunner(Runner):
             nfpkt.accept()
 
 
-MARKED_CAP = 65536
-
-
 class TapRunner(Runner):
     """On-path: NFLOG copies → engine; the packets themselves never wait.
 
@@ -141,7 +138,10 @@ class TapRunner(Runner):
     whole batch of copies at once; until then its packets pass, which is the
     tap's race with the flow. An "accept" is not written: the connbytes budget
     already ends the copies of a flow after its first packets, and a mark per
-    flow would cost a message per flow for nothing.
+    flow would cost a message per flow for nothing. A decided flow's copies that
+    were made before its mark took effect come back as repeats of the decision
+    (``Verdict.repeat``) and are not marked again; a new connection on the same
+    4-tuple is a new flow, and its own decision is marked.
     """
 
     mechanism = "nflog"
@@ -149,9 +149,6 @@ class TapRunner(Runner):
     def __init__(self, engine: Engine, batch: int = 1, wait_cs: int = 0) -> None:
         super().__init__(engine)
         self.batch, self.wait_cs = batch, wait_cs
-        # Connections already marked: a decided flow's packets that were copied
-        # before its mark took effect come back with the same decision.
-        self.marked: set[frozenset] = set()
         self.reader: Any = None
         self.marker: Any = None
 
@@ -192,13 +189,8 @@ class TapRunner(Runner):
                 self.engine_s += clock() - t1
                 self._inject(v)
                 mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
-                if mark and v.flow != "accept":
-                    conn = frozenset(((pkt.src, pkt.sport), (pkt.dst, pkt.dport), pkt.proto))
-                    if conn not in self.marked:
-                        if len(self.marked) >= MARKED_CAP:
-                            self.marked.clear()  # forgetting costs only a repeated mark
-                        self.marked.add(conn)
-                        marks[pkt.flow_tuple()] = mark
+                if mark and v.flow != "accept" and not v.repeat:
+                    marks[pkt.flow_tuple()] = mark
             except Exception as exc:
                 self._error(exc)
             finally:

@@ -71,3 +71,17 @@ def test_accepted_flows_write_no_mark_and_a_bad_copy_is_skipped():
                         (c2s, b"\x45\x00garbage")]])
     r._drain()
     assert r.marker.calls == [] and r.errors == 0 and r.queued == 3
+
+
+def test_a_new_connection_on_a_marked_4_tuple_is_marked_again():
+    """Go reuses a source port right after a reset: the new connection is a new flow
+    with a new conntrack entry, and its own decision must reach the kernel too."""
+    r = runner("drop")
+    c2s = datapath.QUEUE_C2S
+    r.reader = Copies([[(c2s, tcp(40002, "S")), (c2s, tcp(40002, "PA", NOISE))],
+                       [(c2s, tcp(40002, "S")), (c2s, tcp(40002, "PA", NOISE))]])
+    r._drain()
+    r._drain()
+    mark = [((C, S, 6, 40002, 443), datapath.MARK_DROP)]
+    assert r.marker.calls == [mark, mark]
+    assert r.engine.stats["detections"] == 2 and r.engine.stats["flows"] == 2
