@@ -128,22 +128,32 @@ def test_cost_prints_every_row_against_direct_clean_and_lossy(capsys, tmp_path):
 
 @pytest.mark.lab
 def test_censor_flows_measures_every_row_against_censor_off(capsys):
-    """Both floors and the three censor rows, in-path and tapped, for TCP and UDP:
-    each row carried flows with its mechanism in place."""
+    """Both floors and the four censor rows, in-path and tapped (births watched, and
+    SYNs copied), for TCP and UDP: each row carried flows with its mechanism in place.
+    FET reads TCP alone, so its censors see no UDP at all."""
     bench = load("censor")
     with pytest.raises(SystemExit):
         bench.main(["--runs", "0"])
     assert bench.main(["--only", "flows", "--seconds", "0.4", "--runs", "1"]) == 0
     out = capsys.readouterr().out
-    for proto in ("TCP", "UDP"):
-        assert f"new {proto} flows" in out
+    tcp, udp = out.split("new UDP flows")
+    assert "new TCP flows" in tcp
     rows = [line for line in out.splitlines() if "on/off = " in line]
-    assert len(rows) == 10
+    assert len(rows) == 12
     assert all(float(r.split("on/off = ")[1].split()[0]) > 0 for r in rows)
-    assert out.count("last run: nfqueue") == 4 and out.count("last run: nflog") == 2
-    seen = [int(line.split(" packets seen")[0].split()[-1]) for line in out.splitlines()
-            if "packets seen" in line]
-    assert len(seen) == 10 and all(n > 0 for n in seen)  # every mechanism saw the flows
+    assert out.count("last run: nfqueue") == 4 and out.count("last run: nflog") == 4
+
+    def seen(part: str) -> list[int]:
+        return [int(line.split(" packets seen")[0].split()[-1]) for line in part.splitlines()
+                if "packets seen" in line]
+
+    # Every mechanism saw the TCP flows; with UDP, the floors and issue 22's
+    # detectors (which read UDP) did, and the three FET-only censors saw nothing.
+    assert len(seen(tcp)) == 6 and all(n > 0 for n in seen(tcp))
+    floor_q, floor_tap, fet, fet_vpn, tap_syn, tap = seen(udp)
+    assert floor_q > 0 and floor_tap > 0 and fet_vpn > 0
+    assert fet == tap_syn == tap == 0
+    assert "FET saw no packet" in udp
 
 
 def test_snowflake_clients_reads_the_kernels_udp_and_tcp_counters():
