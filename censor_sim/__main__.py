@@ -163,10 +163,11 @@ async def run(config: dict, poll: float) -> None:
                                      tap_batch=int(dp.get("tap_batch", 1)),
                                      # The kernel counts in hundredths; round up.
                                      tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10),
-                                     client_side_only=client_side and not every)
-        if engine.packet_censor is None and not every:
-            # Only the protocols some inspector reads reach userspace.
-            queue.protocols = tuple(sorted({p for i in engine.inspectors for p in i.protocols}))
+                                     client_side_only=client_side and not every,
+                                     # Only the protocols some inspector reads.
+                                     protocols=None if engine.packet_censor is not None
+                                     or every else tuple(sorted(
+                                         {p for i in engine.inspectors for p in i.protocols})))
         # On the tap, a censor of clients' payloads alone needs no SYN either: the
         # kernel marks the connections it saw born and copies only theirs.
         queue.watch_births = (on_path and queue.skip_empty_tcp and queue.client_side_only

@@ -281,6 +281,10 @@ table inet {TABLE} {{
 """
 
 
+# iptables' names for the protocols an inspector may read.
+PROTOCOL_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp"}
+
+
 def queue_rules(q: QueueConfig) -> list[list[str]]:
     """iptables arguments (after ``-t mangle``) for the queue chain."""
     cond: list[str] = []
@@ -290,15 +294,14 @@ def queue_rules(q: QueueConfig) -> list[list[str]]:
                 "--connbytes-dir", "both", "--connbytes-mode", "packets"]
     if q.skip_empty_tcp:
         cond += ["-m", "mark", "!", "--mark", f"{MARK_EMPTY:#x}/{MARK_EMPTY:#x}"]
-    tcp_cond = cond
-    if q.watch_births and q.inspect_packets is not None:
-        # TCP: only connections born under the ruleset (and still undecided).
-        tcp_cond = cond[:3] + [f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}"] + cond[4:]
-    names = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp"}
+    births = q.watch_births and q.inspect_packets is not None
+    # TCP under watch_births: only connections born under the ruleset (and undecided).
+    tcp_cond = (cond[:3] + [f"{MARK_BORN:#x}/{MARK_MASK | MARK_BORN:#x}"] + cond[4:]
+                if births else cond)
     if q.protocols is not None:
-        variants = [["-p", names.get(p, str(p)), *(tcp_cond if p == 6 else cond)]
+        variants = [["-p", PROTOCOL_NAMES.get(p, str(p)), *(tcp_cond if p == 6 else cond)]
                     for p in sorted(set(q.protocols))]
-    elif tcp_cond is not cond:
+    elif births:
         variants = [["-p", "tcp", *tcp_cond], ["!", "-p", "tcp", *cond]]
     else:
         variants = [cond]

@@ -70,6 +70,19 @@ class CellContext:
     def py(self, *module_args: str) -> list[str]:
         return [self.python, "-m", *module_args]
 
+    def issue_cert(self, who: str, names: list[str], addrs: list[str],
+                   stem: str) -> tuple[Path, Path]:
+        """A server certificate (leaf and root) and key from the lab CA for ``names``
+        and ``addrs``, which the lab's clients trust; reused while they stay the same.
+        ``who`` names what needs it in the error when the lab has no CA."""
+        from netns.errors import LabError
+
+        from ..services.ca import LabCA
+
+        if self.lab_ca is None:
+            raise LabError(f"{who} needs the lab CA, and this lab has none")
+        return LabCA.load_or_create(Path(self.lab_ca).parent).issue(names, addrs, stem)
+
 
 def pt_client_service(ctx: CellContext, name: str, transport: str, cmd: list[str]) -> Service:
     """A client PT (ours or a real binary) in managed mode under ``ptlab.ptparent`` in

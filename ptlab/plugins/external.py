@@ -42,7 +42,6 @@ import secrets
 import shlex
 import shutil
 import string
-from pathlib import Path
 from typing import Any
 
 from netns.errors import LabError
@@ -51,7 +50,6 @@ from ptcommon.suggest import did_you_mean
 from .. import tools as toolbox
 from ..flowroles import BENIGN_PORTS
 from ..labservices import TUNNEL_ZONE
-from ..services.ca import LabCA
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 SERVER_PORT = 9850
@@ -99,6 +97,13 @@ def check_template(template: Any, where: str, configs: set[str]) -> None:
             raise TemplateError(f"{where}: unknown placeholder {{{name}}}"
                                 f"{did_you_mean(name, known)} "
                                 f"(known: {', '.join('{' + k + '}' for k in sorted(known))})")
+
+
+def template_fields(options: dict[str, Any],
+                    roles: tuple[str, ...] = ("server", "client")) -> set[str]:
+    """The placeholders a row's command templates for ``roles`` and its configs use."""
+    texts = [options.get(r, "") for r in roles] + list(options.get("configs", {}).values())
+    return {f for x in texts if isinstance(x, str) and x for f in placeholders(x, "templates")}
 
 
 class _Names:
@@ -185,11 +190,7 @@ class ExternalPlugin(LabPlugin):
 
     @staticmethod
     def _tools_in(options: dict[str, Any]) -> list[str]:
-        texts = [options.get("server", ""), options.get("client", ""),
-                 *options.get("configs", {}).values()]
-        names = {f[5:] for x in texts if isinstance(x, str) and x
-                 for f in placeholders(x, "tools") if f.startswith("tool.")}
-        return sorted(names)
+        return sorted(f[5:] for f in template_fields(options) if f.startswith("tool."))
 
     def tools(self) -> list[str]:
         """The tools the templates name as ``{tool.NAME}``."""
@@ -245,7 +246,7 @@ class ExternalPlugin(LabPlugin):
             "tunnel_domain": TUNNEL_ZONE,
             "lab_cert": "", "lab_key": "",
         }
-        if self._uses_lab_cert():
+        if {"lab_cert", "lab_key"} & template_fields(self.options):
             values["lab_cert"], values["lab_key"] = self._lab_cert(ctx)
         # Each side renders its own copy ({tun_dev} differs by side), and every path is
         # known before any file is written, so configs may name each other in any order.
@@ -256,19 +257,12 @@ class ExternalPlugin(LabPlugin):
             (state / f"{role}-{name}").write_text(text.format(**values))
         return values
 
-    def _uses_lab_cert(self) -> bool:
-        texts = [self.options.get("server", ""), self.options.get("client", ""),
-                 *self.options.get("configs", {}).values()]
-        return any({"lab_cert", "lab_key"} & placeholders(x, self.name) for x in texts if x)
-
     def _lab_cert(self, ctx: CellContext) -> tuple[str, str]:
         """The row's certificate and key from the lab CA (reused while its names and
         the bridge's address stay the same)."""
-        if ctx.lab_ca is None:
-            raise LabError(f"{self.name}: {{lab_cert}} needs the lab CA, and this lab has none")
-        ca = LabCA.load_or_create(Path(ctx.lab_ca).parent)
         names = list(self.options.get("lab_cert_names", LAB_CERT_NAMES))
-        cert, key = ca.issue(names, [ctx.lab.addr("bridge")], f"ext-{self.name}")
+        cert, key = ctx.issue_cert(f"{self.name}: {{lab_cert}}", names,
+                                   [ctx.lab.addr("bridge")], f"ext-{self.name}")
         return str(cert), str(key)
 
     def _argv(self, role: str, ctx: CellContext) -> list[str]:
@@ -282,8 +276,7 @@ class ExternalPlugin(LabPlugin):
     @property
     def resolver_is_wire(self) -> bool:  # type: ignore[override]
         """A row whose client names the lab resolver ({dns_host}) tunnels through it."""
-        texts = [self.options.get("client", ""), *self.options.get("configs", {}).values()]
-        return any("dns_host" in placeholders(x, self.name) for x in texts if x)
+        return "dns_host" in template_fields(self.options, roles=("client",))
 
     @property
     def tunnel(self) -> bool:

@@ -22,12 +22,10 @@ arguments of the same names; ``""`` for none). ``tor+webtunnel`` is in
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from transports.webtunnel.synthetic import SYNTHETIC_PORT, VERSION, synthetic_address
 
-from ..services.ca import LabCA
 from ..services.nginxfront import Front, secret_path
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
@@ -44,11 +42,9 @@ def site_url(ctx: CellContext) -> str:
 
 def front(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Front:
     """The cell's nginx: the site, the bridge's certificate, the secret path."""
-    if ctx.lab_ca is None:
-        raise ValueError("WebTunnel's rows need the lab CA (the bridge's certificate)")
-    ca = LabCA.load_or_create(Path(ctx.lab_ca).parent)
     addrs = [ctx.lab.addr("bridge"), ctx.lab.addr("bridge", v6=True)]
-    cert, key = ca.issue([SITE_NAME], addrs, "webtunnel-bridge")
+    cert, key = ctx.issue_cert("WebTunnel's rows (the bridge's certificate)", [SITE_NAME],
+                               addrs, "webtunnel-bridge")
     listen = tuple(f"[{a}]:{FRONT_PORT}" if ":" in a else f"{a}:{FRONT_PORT}" for a in addrs)
     return Front(ctx.workdir / "webtunnel-nginx", listen, SITE_NAME, cert, key,
                  secret_path(ctx.seed), backend_port).write()

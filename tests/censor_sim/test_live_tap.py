@@ -177,7 +177,6 @@ def test_a_payload_censor_on_the_tap_gets_one_copy_per_tcp_flow(
     flows = 6
     for _ in range(flows):
         assert tcp(srv, port, [NOISE]) == "ok"
-    # A connection opened before the censor is never judged from the middle.
     final = censor.stop()
     detections = [d for d in censor.events("detection") if d["flow"]["server_port"] == port]
     assert len(detections) == flows
