@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .detectors.stats import FlowStats
@@ -47,36 +46,82 @@ class KeyedFlow:
         return self.key[4]
 
 
-@dataclass
 class Flow(KeyedFlow):
-    key: FlowKey
-    first_seen: float
-    last_seen: float
-    stats: FlowStats
-    # Client→server / server→client payload bytes in arrival order, up to a cap;
-    # parsers that need more than one segment (a large ClientHello) read these.
-    c2s: bytearray = field(default_factory=bytearray)
-    s2c: bytearray = field(default_factory=bytearray)
-    c2s_payloads: list[bytes] = field(default_factory=list)
-    s2c_payloads: list[bytes] = field(default_factory=list)
-    packets: int = 0
-    # Client→server packets with payload so far, and when the first arrived: a
-    # detection says which data packet it fired on, and how long after the first.
-    c2s_data_packets: int = 0
-    first_data: float | None = None
-    # Per-detector scratch state.
-    state: dict[str, Any] = field(default_factory=dict)
-    # The engine's inspectors still asking about this flow (None until its first packet);
-    # one that is finished with it is no longer here.
-    active: list[Any] | None = None
-    decided: str | None = None
-    # Where the client's TCP byte stream had got to (sequence number after its last
-    # payload seen), when the table tells connections apart by it; -1 before.
-    c2s_seq_end: int = -1
+    """One oriented flow's state while the censor still has a use for it.
+
+    A plain class with slots, its containers made when first needed: the tap
+    makes one of these for every connection it sees, most are decided on their
+    first payload, and each container allocated is work for the allocator and
+    the garbage collector on the censor's hottest path (benchmarks/censor.py).
+    """
+
+    __slots__ = ("key", "first_seen", "last_seen", "stats", "c2s_payloads", "s2c_payloads",
+                 "c2s_bytes", "s2c_bytes", "packets", "c2s_data_packets", "first_data",
+                 "_state", "active", "decided", "c2s_seq_end")
+
+    def __init__(self, key: FlowKey, first_seen: float, last_seen: float,
+                 stats: FlowStats | None = None) -> None:
+        self.key = key
+        self.first_seen = first_seen
+        self.last_seen = last_seen
+        # Per-packet sizes, directions and times, when some inspector reads them
+        # (FlowTable.record_stats); None otherwise.
+        self.stats = stats
+        # Client→server / server→client payloads in arrival order, kept while their
+        # total is under the table's cap; parsers that need more than one segment
+        # (a large ClientHello) read them, or their concatenation (c2s, s2c).
+        self.c2s_payloads: list[bytes] = _NO_PAYLOADS
+        self.s2c_payloads: list[bytes] = _NO_PAYLOADS
+        self.c2s_bytes = 0
+        self.s2c_bytes = 0
+        self.packets = 0
+        # Client→server packets with payload so far, and when the first arrived: a
+        # detection says which data packet it fired on, and how long after the first.
+        self.c2s_data_packets = 0
+        self.first_data: float | None = None
+        self._state: dict[str, Any] | None = None
+        # The engine's inspectors still asking about this flow (None until its first
+        # packet); one that is finished with it is no longer here.
+        self.active: list[Any] | None = None
+        self.decided: str | None = None
+        # Where the client's TCP byte stream had got to (sequence number after its
+        # last payload seen), when the table tells connections apart by it; -1 before.
+        self.c2s_seq_end = -1
+
+    def __repr__(self) -> str:
+        return f"Flow({self.key!r}, packets={self.packets}, decided={self.decided!r})"
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Per-detector scratch state (made at the first detector's use)."""
+        if self._state is None:
+            self._state = {}
+        return self._state
+
+    @property
+    def c2s(self) -> bytes:
+        """The client's payload bytes so far, up to the table's cap."""
+        return _joined(self.c2s_payloads, self.c2s_bytes)
+
+    @property
+    def s2c(self) -> bytes:
+        """The server's payload bytes so far, up to the table's cap."""
+        return _joined(self.s2c_payloads, self.s2c_bytes)
 
     def to_json(self) -> dict[str, Any]:
-        return {"client": self.client, "server": self.server, "proto": self.proto,
-                "client_port": self.client_port, "server_port": self.server_port}
+        k = self.key
+        return {"client": k[0], "server": k[1], "proto": k[2], "client_port": k[3],
+                "server_port": k[4]}
+
+
+# Shared by every flow with no payload yet, or whose buffers are released: never
+# appended to (the table gives a flow its own list at its first payload).
+_NO_PAYLOADS: list[bytes] = []
+
+
+def _joined(chunks: list[bytes], kept: int) -> bytes:
+    data = b"".join(chunks)
+    return data[:kept] if len(data) > kept else data
 
 
 # How far (bytes) a client payload's sequence number may sit from where its flow's
@@ -137,7 +182,8 @@ class FlowTable:
             del self._flows[key]
             flow = None
         if flow is None:
-            flow = Flow(key, now, now, FlowStats(self.stats_packets))
+            flow = Flow(key, now, now,
+                        FlowStats(self.stats_packets) if self.record_stats else None)
             self._flows[key] = flow
             self._expire(now)
         else:
@@ -148,21 +194,40 @@ class FlowTable:
         now = self.clock()
         flow.last_seen = now
         flow.packets += 1
+        payload = pkt.payload
         if self.record_stats:
-            flow.stats.add(1 if c2s else -1, len(pkt.payload), now - flow.first_seen)
-        if pkt.payload and c2s:
+            flow.stats.add(1 if c2s else -1, len(payload), now - flow.first_seen)
+        if not payload:
+            return
+        if c2s:
             flow.c2s_data_packets += 1
             if flow.first_data is None:
                 flow.first_data = now
             if self.reuse_by_seq and pkt.proto == 6:
-                flow.c2s_seq_end = (pkt.seq + len(pkt.payload)) % 0x100000000
-        if pkt.payload and flow.decided is None:
-            buf, chunks = (flow.c2s, flow.c2s_payloads) if c2s else (flow.s2c, flow.s2c_payloads)
-            if not chunks:
-                flow.stats.note_first_payload(1 if c2s else -1, pkt.payload)
-            if len(buf) < self.buffer_cap:
-                buf += pkt.payload[: self.buffer_cap - len(buf)]
-                chunks.append(pkt.payload)
+                flow.c2s_seq_end = (pkt.seq + len(payload)) % 0x100000000
+        if flow.decided is not None:
+            return
+        if c2s:
+            kept, chunks = flow.c2s_bytes, flow.c2s_payloads
+        else:
+            kept, chunks = flow.s2c_bytes, flow.s2c_payloads
+        if kept >= self.buffer_cap:
+            return
+        if not chunks:
+            if self.record_stats:
+                flow.stats.note_first_payload(1 if c2s else -1, payload)
+            chunks = [payload]
+            if c2s:
+                flow.c2s_payloads = chunks
+            else:
+                flow.s2c_payloads = chunks
+        else:
+            chunks.append(payload)
+        kept = min(kept + len(payload), self.buffer_cap)
+        if c2s:
+            flow.c2s_bytes = kept
+        else:
+            flow.s2c_bytes = kept
 
     def forget(self, flow: Flow) -> None:
         self._flows.pop(flow.key, None)
@@ -170,11 +235,9 @@ class FlowTable:
     def release(self, flow: Flow) -> None:
         """Keep a decided flow's verdict (packets already queued behind the deciding
         one still arrive) but free its buffers."""
-        flow.c2s = bytearray()
-        flow.s2c = bytearray()
-        flow.c2s_payloads = []
-        flow.s2c_payloads = []
-        flow.state.clear()
+        flow.c2s_payloads = flow.s2c_payloads = _NO_PAYLOADS
+        flow.c2s_bytes = flow.s2c_bytes = 0
+        flow._state = None
 
     def _expire(self, now: float) -> None:
         flows = self._flows

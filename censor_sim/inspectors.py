@@ -126,10 +126,10 @@ class FetInspector(FirstPayloadInspector):
     kind = "fet"
 
     def judge(self, first):
-        _, feats = fet.judge(first)
-        if feats is None:  # a rule exempts it
+        evidence = fet.not_exempt_evidence(first)
+        if evidence is None:  # a rule exempts it
             return DONE
-        return Match(self.name, {"rule": "not-exempt", **feats.to_json()})
+        return Match(self.name, evidence)
 
 
 class StreamInspector(Inspector):

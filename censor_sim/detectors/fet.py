@@ -137,6 +137,25 @@ def judge(first_payload: bytes) -> tuple[Rule | None, FetFeatures | None]:
     from the same passes over the bytes: the censor logs the features of every
     connection it finds subject to blocking, so computing them apart doubled
     the work on exactly the flows it looks at longest."""
+    rule, values = _judged(first_payload)
+    return rule, None if values is None else FetFeatures(*values)
+
+
+def not_exempt_evidence(first_payload: bytes) -> dict[str, Any] | None:
+    """None when a rule exempts this first payload; otherwise what the censor logs
+    of it: ``rule: "not-exempt"`` and :class:`FetFeatures`' fields, by name.
+
+    :func:`judge`'s answer as the censor's detection event holds it, built straight
+    from the measurements: the censor asks this of every connection it sees, and
+    a frozen dataclass made to be taken apart again was a fifth of its cost."""
+    values = _judged(first_payload)[1]
+    return None if values is None else dict(zip(_EVIDENCE_KEYS, ("not-exempt", *values),
+                                                 strict=True))
+
+
+def _judged(first_payload: bytes) -> tuple[Rule | None, tuple | None]:
+    """The rule that exempts the payload, or None and its features' values (in
+    :class:`FetFeatures`' field order)."""
     n = len(first_payload)
     if n == 0:
         raise ValueError("the FET rules apply to a data-carrying packet; got no bytes")
@@ -154,14 +173,8 @@ def judge(first_payload: bytes) -> tuple[Rule | None, FetFeatures | None]:
     if protocol(first_payload) is not None:  # Ex5
         return "ex5", None
     first_unprintable = mask.find(0)
-    return None, FetFeatures(
-        length=n,
-        popcount_per_byte=bits / n,
-        leading_printable=n if first_unprintable < 0 else first_unprintable,
-        printable_fraction=printable / n,
-        longest_printable_run=_longest_run(mask),
-        protocol=None,
-    )
+    return None, (n, bits / n, n if first_unprintable < 0 else first_unprintable,
+                  printable / n, _longest_run(mask), None)
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,7 @@ class FetFeatures:
 
 
 _FEATURE_NAMES = tuple(f.name for f in fields(FetFeatures))  # fields() is slow per call
+_EVIDENCE_KEYS = ("rule", *_FEATURE_NAMES)
 
 
 def features(payload: bytes) -> FetFeatures:
