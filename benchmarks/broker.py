@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ptcommon.events import READY_PATTERN
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PREFIX = "198.19.240.0/22"
@@ -162,7 +164,7 @@ def main() -> int:
             "--disable-tls", "--allowed-relay-pattern", "^snowflake.lab$",
             "--default-relay-pattern", "^snowflake.lab$", "--bridge-list-path",
             str(_bridges(Path(td)))], "broker", Path(td) / "broker.log").start()
-        broker.wait_log('"event": "ready"', timeout=20)
+        broker.wait_log(READY_PATTERN, timeout=20)
         me = str(Path(__file__).resolve())
         common = ["--url", url, "--seconds", str(args.seconds)]
         procs = {

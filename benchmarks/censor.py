@@ -54,6 +54,7 @@ from netns.lab import Lab  # noqa: E402
 from netns.nsenter import ns_socket  # noqa: E402
 from netns.process import LabProcess  # noqa: E402
 from netns.topology import default_topology  # noqa: E402
+from ptcommon.events import READY_PATTERN, count_events  # noqa: E402
 
 
 def iperf(lab: Lab, seconds: float) -> float:
@@ -71,7 +72,7 @@ def start_censor(lab: Lab, tmp: Path, profile: str, overrides: dict) -> LabProce
                                "outside": lab.iface("censor", "inet"), "seed": 1}))
     p = LabProcess(lab.ns("censor"), [sys.executable, "-m", "censor_sim", "--config", str(cfg)],
                    "censor", tmp / f"{profile}.log").start()
-    p.wait_log('"event": "ready"', timeout=20)
+    p.wait_log(READY_PATTERN, timeout=20)
     return p
 
 
@@ -87,14 +88,14 @@ def start_floor(lab: Lab, tmp: Path, mechanism: str = "queue", batch: int = 1) -
     p = LabProcess(lab.ns("censor"), [sys.executable, str(script), lab.iface("censor", "client"),
                                       lab.iface("censor", "inet"), mechanism, str(batch)],
                    "floor", tmp / f"floor-{mechanism}.log").start()
-    p.wait_log('"event": "ready"', timeout=20)
+    p.wait_log(READY_PATTERN, timeout=20)
     return p
 
 
 def final_counters(p: LabProcess) -> dict:
     p.stop(timeout=5)
     for line in reversed(p.log_text().splitlines()):
-        if '"event": "counters"' in line:
+        if count_events(line, "counters"):
             return json.loads(line)
     return {}
 

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
+from ptcommon.events import count_events
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
@@ -187,7 +189,7 @@ def collapse_counts(procs: dict) -> dict[str, int]:
     proxies = "".join(t for n, t in texts.items() if n.startswith("snowflake-prox"))
     return {"answers_not_taken": proxies.count("answer not taken"),
             "channel_timeouts": proxies.count("timed out waiting for the data channel"),
-            "bridge_sessions": texts.get("snowflake-bridge", "").count('"event": "attach"')}
+            "bridge_sessions": count_events(texts.get("snowflake-bridge", ""), "attach")}
 
 
 KEYS = ["proxies", "clients", "per_process", "proxy_processes", "proxy_rss_total_mib",

@@ -75,7 +75,7 @@ def start_delay_line(ns: str, delay_ms: float, log_path: Path,
     proc = LabProcess(ns, [sys.executable, "-m", "netns.delayline", "--queue",
                            str(DELAY_QUEUE), "--delay-ms", str(delay_ms)],
                       "delayline", log_path).start()
-    proc.wait_log(r'"event": "ready"', 10)
+    proc.wait_log(r'"event": ?"ready"', 10)
     handle = DelayLineHandle(ns, proc, dev)
     handle._rules("-A")
     return handle

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sys
 import time
@@ -28,8 +29,22 @@ from typing import Any, TextIO
 #: The keys that make a JSON line an event.
 EVENT_KEYS = frozenset({"ts", "component", "event"})
 
+
+
+def event_pattern(event: str) -> str:
+    """A regular expression that finds ``event``'s lines in a log, however the line
+    was spaced: ours are compact (``"event":"ready"``), a hand-written
+    ``json.dumps`` line, or one logged before this format, has a space."""
+    return r'"event": ?"' + re.escape(event) + '"'
+
+
+def count_events(text: str, event: str) -> int:
+    """How many ``event`` lines a log's text holds."""
+    return len(re.findall(event_pattern(event), text))
+
+
 #: A regular expression that matches a process's readiness line in its log.
-READY_PATTERN = r'"event": "ready"'
+READY_PATTERN = event_pattern("ready")
 
 #: Exit statuses of :func:`run_until_stopped`.
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
@@ -44,9 +59,35 @@ def event_record(component: str, event: str, ts: float | None = None,
     return record
 
 
-# One encoder for every line: json.dumps(..., default=str) builds a new one per
-# call, about a sixth of the cost of a censor's detection event.
-_encode = json.JSONEncoder(default=str).encode
+# Event lines are compact JSON, encoded by orjson where the lab's install has it
+# (the [lab] extra): the censor writes a line per detection, and the standard
+# library's encoder was a third of its work per flow (benchmarks/censor.py). The
+# standard encoder, with the same separators, writes the same line where orjson
+# is missing (the volunteer proxy's light install), for a line orjson cannot
+# encode (an integer past 64 bits, a key that is not a string) and for text
+# beyond ASCII, which stays escaped as it always was. Other types become their
+# str(); orjson writes floats' exponents without padding (1e-7, not 1e-07) and
+# a NaN as null, where the standard encoder writes NaN, which is not JSON.
+_std_encode = json.JSONEncoder(default=str, separators=(",", ":")).encode
+try:
+    import orjson
+except ImportError:  # pragma: no cover - the lab's install has it
+    orjson = None  # type: ignore[assignment]
+_ORJSON_OPTIONS = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                   if orjson is not None else 0)
+
+
+def _encode(record: dict[str, Any]) -> str:
+    if orjson is not None:
+        try:
+            out = orjson.dumps(record, default=str, option=_ORJSON_OPTIONS)
+        except TypeError:  # orjson.JSONEncodeError is one
+            pass
+        else:
+            if out.isascii():
+                return out.decode("ascii")
+    return _std_encode(record)
+
 
 
 def event_line(component: str, event: str, **fields: Any) -> str:

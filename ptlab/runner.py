@@ -27,7 +27,7 @@ from typing import Any
 
 from censor_sim import profile as profiles
 from netns.errors import LabError
-from ptcommon.events import event_record, parse_event_line
+from ptcommon.events import count_events, event_record, parse_event_line
 
 from . import plugins, scoring
 from .backend import CellRun, LabBackend, Process
@@ -386,9 +386,8 @@ class LabRunner:
         deadline = time.monotonic() + limit_s
         while censor.running() and time.monotonic() < deadline:
             text = censor.log_text()
-            asked = text.count('"event": "probe_request"')
-            if asked == text.count('"event": "probe_verdict"') + text.count(
-                    '"event": "probe_failed"'):
+            asked = count_events(text, "probe_request")
+            if asked == count_events(text, "probe_verdict") + count_events(text, "probe_failed"):
                 return
             time.sleep(0.1)
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from netns.nsenter import ns_socket
+from ptcommon.events import READY_PATTERN
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +126,7 @@ class Censor:
         self.proc = LabProcess(lab.ns("censor"), [sys.executable, "-m", "censor_sim", "--config",
                                                   str(path)], "censor", out / "censor.log")
         self.proc.start()
-        self.proc.wait_log('"event": "ready"', timeout=20)
+        self.proc.wait_log(READY_PATTERN, timeout=20)
 
     def events(self, name: str | None = None) -> list[dict]:
         out = []

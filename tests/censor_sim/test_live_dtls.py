@@ -27,6 +27,7 @@ from censor_sim.profile import load_profile
 from netns.capture import Capture
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
+from ptcommon.events import READY_PATTERN, count_events
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
 pytestmark = [pytest.mark.lab, pytest.mark.interop,
@@ -82,14 +83,14 @@ class Rendezvous:
             "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
             "--unknown-proxies-unrestricted"],  # the lab has no NAT; the proxy can't probe
             "broker", self.out / "broker.log").start()
-        await asyncio.to_thread(self.broker.wait_log, '"event": "ready"', 20)
+        await asyncio.to_thread(self.broker.wait_log, READY_PATTERN, 20)
         self.broker_url = f"http://{self.lab.addr('broker')}:8080/"
 
     def broker_stats(self) -> dict:
         assert self.broker is not None
         self.broker.stop()
         for line in self.broker.log_text().splitlines():
-            if '"event": "stats"' in line:
+            if count_events(line, "stats"):
                 return json.loads(line)
         return {}
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from netns.process import LabProcess
+from ptcommon.events import READY_PATTERN, count_events
 
 pytestmark = pytest.mark.lab
 
@@ -27,7 +28,7 @@ def test_a_server_that_answers_replays_is_blocked_and_a_silent_one_is_not(
                                                   "--sources", ",".join(pool)],
                         "prober", tmp_path / "prober.log").start()
     try:
-        prober.wait_log('"event": "ready"', timeout=15)
+        prober.wait_log(READY_PATTERN, timeout=15)
         # Delays drawn from the published distribution, shrunk 100× and capped at 1 s.
         censor = run_censor("gfw-prober", {"prober": {
             "watch_s": 1.0, "delay": "alice2020", "delay_scale": 0.01, "delay_max_s": 100.0}},
@@ -51,7 +52,7 @@ def test_a_server_that_answers_replays_is_blocked_and_a_silent_one_is_not(
         for v in verdicts.values():
             assert len(v["sources"]) == v["probes"] >= 3
             assert all(ipaddress.ip_address(a) in v4 for a in v["sources"])
-        assert '"event": "verdict"' in prober.log_text()
+        assert count_events(prober.log_text(), "verdict")
         assert censor.stop()["counters"]["server_drop"]["packets"] >= 1
     finally:
         prober.stop()
@@ -107,7 +108,7 @@ def test_frolov_trees_label_what_they_probe_and_a_label_blocks(
                                                   "serve", "--listen", listen],
                         "prober", tmp_path / "prober.log").start()
     try:
-        prober.wait_log('"event": "ready"', timeout=15)
+        prober.wait_log(READY_PATTERN, timeout=15)
         censor = run_censor("gfw-prober", {"prober": {
             "suites": ["frolov"], "watch_s": 1.5, "delay_s": 0.1, "block_on_replay": False,
             "block_labels": ["shadowsocks-outline"]}}, prober=listen)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from netns.nsenter import ns_socket
 from netns.process import LabProcess
+from ptcommon.events import READY_PATTERN, count_events
 from transports.pt import socks5
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
@@ -98,7 +99,7 @@ class Rig:
         self.bridge = self._start("bridge", [
             sys.executable, "-m", "transports.snowflake.server",
             "--listen", f"{bridge}:{BRIDGE_PORT}", "--dest", f"{bridge}:{DATA_PORT}"],
-            '"event": "ready"')
+            READY_PATTERN)
         self.relay_url = f"ws://{bridge}:{BRIDGE_PORT}/"
         bridges = out / "bridges.jsonl"
         bridges.write_text(json.dumps({"displayName": "lab", "webSocketAddress": self.relay_url,
@@ -109,7 +110,7 @@ class Rig:
             sys.executable, "-m", "broker", "--addr", f"{lab.addr('broker')}:{BROKER_PORT}",
             "--disable-tls", "--allowed-relay-pattern", exact, "--default-relay-pattern", exact,
             "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
-            "--unknown-proxies-unrestricted"], '"event": "ready"')
+            "--unknown-proxies-unrestricted"], READY_PATTERN)
 
     def available(self) -> int:
         """How many proxies are polling the broker now (its /debug page)."""
@@ -180,7 +181,7 @@ class Rig:
 
     def attaches(self) -> list[dict]:
         return [json.loads(line) for line in self.bridge.log_text().splitlines()
-                if '"event": "attach"' in line]
+                if count_events(line, "attach")]
 
     def close(self) -> None:
         for p in reversed(self.procs):

@@ -13,6 +13,7 @@ import pytest
 from aioice import stun as aiostun
 
 from netns.nsenter import ns_socket
+from ptcommon.events import READY_PATTERN
 from ptlab.workloads.benign import BenignResult, BenignTargets, collateral_share, run_benign_mix
 
 
@@ -67,7 +68,7 @@ def test_benign_mix_in_lab_and_under_a_block(tmp_path: Path) -> None:
         (tmp_path / "edge.json").write_text(
             json.dumps({"routes": {SITE: f"http://{web}:80"}}))
         ssh = prepare_sshd(tmp_path / "ssh", [web, "::"], 22)
-        ready = '"event": "ready"'
+        ready = READY_PATTERN
         specs = [
             ("dns", "svc", [*PY, "ptlab.services.dns", "--listen", f"{svc}:53",
                             "--zone", f"web.lab={web},{web6}"], ready),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from ptcommon.events import count_events
 from tests.support.echo import echo
 from transports.obfs4.statefile import load_or_create
 from transports.pt import socks5
@@ -24,7 +25,7 @@ def wait_ready(proc: subprocess.Popen) -> dict:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if '"event": "ready"' in line:
+        if count_events(line, "ready"):
             return json.loads(line)
     raise AssertionError("no ready event")
 
