@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import random
@@ -260,6 +261,22 @@ async def run(config: dict, poll: float) -> None:
             t.cancel()
 
 
+def _buffered_stdout() -> None:
+    """Event lines reach the log a batch of packets at a time, not a line at a time.
+
+    The runners write detections unflushed and flush once per batch; but under
+    PYTHONUNBUFFERED, which the lab's process runner sets, stdout writes through
+    to the file, and every detection line was a write(2) of its own, about a
+    tenth of the censor's CPU per flow on the tap (benchmarks/censor.py). Lines
+    written with ``flush=True`` (ready, counters, probes) still go at once."""
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and (
+            out.write_through or not isinstance(out.buffer, io.BufferedWriter)):
+        raw = io.FileIO(out.fileno(), "w", closefd=False)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding=out.encoding,
+                                      errors=out.errors, line_buffering=out.line_buffering)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m censor_sim", description=__doc__)
     p.add_argument("--config", required=True, help="JSON file: profile, overrides, interfaces")
@@ -269,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         config = json.loads(Path(args.config).read_text())
         if not isinstance(config, dict) or "profile" not in config:
             raise ProfileError("config needs a 'profile' key")
+        _buffered_stdout()
         if prof_out := os.environ.get("PTLAB_CENSOR_PROFILE"):
             # Where the censor's time goes, for benchmarks (docs/lab/censor.md §5).
             import cProfile
