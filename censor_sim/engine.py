@@ -15,7 +15,7 @@ so both agree on what is blocked and for how long.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,9 @@ class Engine:
         # a flow's first TCP packet here is then its first payload, not mid-stream.
         self.births_watched = False
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
+        self._scope_cache: dict[tuple[str, int, int], tuple[Inspector, ...]] = {}
+        self._scope_by_server = all(type(i).in_scope is Inspector.in_scope
+                                    for i in self.inspectors)
 
     # -- per packet -------------------------------------------------------------------
 
@@ -139,7 +142,8 @@ class Engine:
             return self._whole_packet(pkt, from_client)
         if pkt.fragment or pkt.proto not in (6, 17):
             return Verdict(flow="accept")
-        flow, c2s = self.flows.lookup(pkt, from_client)
+        flows = self.flows
+        flow, c2s = flows.lookup(pkt, from_client)
         if flow.packets == 0:
             self.stats["flows"] += 1
             if (pkt.proto == TCP and not (c2s and pkt.pure_syn) and not self.midstream
@@ -148,7 +152,8 @@ class Engine:
                 # expired): nothing trustworthy to judge its first payload by.
                 # A censor that needs no handshake (Henan's) sets datapath.midstream.
                 flow.decided = "accept"
-        self.flows.record(flow, pkt, c2s)
+        # A new flow's time is the clock lookup() read; record() reads it for the rest.
+        flows.record(flow, pkt, c2s, flow.first_seen if flow.packets == 0 else None)
         if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:
             return v
         if flow.decided is not None:
@@ -158,7 +163,7 @@ class Engine:
         # packet (ranges and ports do not change), then thinned as each finishes.
         active = flow.active
         if active is None:
-            active = flow.active = [i for i in self.inspectors if i.in_scope(flow)]
+            active = flow.active = self._scoped(flow)
         pending = False
         finished: list[Inspector] = []
         payload = pkt.payload
@@ -179,13 +184,28 @@ class Engine:
                 v = self._matched(flow, pkt, c2s, res)
                 if v is not None:
                     return v
-        if finished:
-            flow.active = [i for i in active if i not in finished]
         if pending:
+            if finished:
+                flow.active = [i for i in active if i not in finished]
             return Verdict()
+        flow.active = ()  # every inspector is finished with it
         flow.decided = "accept"
-        self.flows.release(flow)
+        flows.release(flow)
         return Verdict(flow="accept")
+
+    def _scoped(self, flow: Flow) -> Sequence[Inspector]:
+        """The inspectors whose scope holds ``flow``: answered once per server
+        address, port and protocol (the scope is nothing else), so a new flow to a
+        server seen before costs a dict lookup, not a scope test per inspector."""
+        if not self._scope_by_server:  # a plugin's inspector scopes by more
+            return tuple(i for i in self.inspectors if i.in_scope(flow))
+        key = (flow.server, flow.server_port, flow.proto)
+        hit = self._scope_cache.get(key)
+        if hit is None:
+            if len(self._scope_cache) >= 4096:
+                self._scope_cache.clear()
+            hit = self._scope_cache[key] = tuple(i for i in self.inspectors if i.in_scope(flow))
+        return hit  # shared: a flow's list is thinned into a new one, never edited
 
     def _residual_check(self, flow: Flow, pkt: Packet, c2s: bool) -> Verdict | None:
         # A block is on its sender's triple: the client's, or (for a block drawn
@@ -221,8 +241,9 @@ class Engine:
         if acts == ["detector"]:  # a device model with its own action table (Iran's ISPs)
             acts = list((m.data or {}).get("actions", ["none"]))
         fire = rule is not None and (rule.probability >= 1 or self.rng.random() < rule.probability)
+        # flow.last_seen: this packet's time, as the flow table recorded it.
         since_data = (None if flow.first_data is None
-                      else round(self.flows.clock() - flow.first_data, 6))
+                      else round(flow.last_seen - flow.first_data, 6))
         self.effects.event("detection", detector=m.detector, flow=flow.to_json(),
                            evidence=m.evidence, actions=acts if fire else [],
                            probability=rule.probability if rule else None,

@@ -11,7 +11,7 @@ capped, as a real middlebox's is.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .detectors.stats import FlowStats
@@ -82,7 +82,7 @@ class Flow(KeyedFlow):
         self._state: dict[str, Any] | None = None
         # The engine's inspectors still asking about this flow (None until its first
         # packet); one that is finished with it is no longer here.
-        self.active: list[Any] | None = None
+        self.active: Sequence[Any] | None = None
         self.decided: str | None = None
         # Where the client's TCP byte stream had got to (sequence number after its
         # last payload seen), when the table tells connections apart by it; -1 before.
@@ -190,8 +190,11 @@ class FlowTable:
             self._flows.move_to_end(key)
         return flow, from_client
 
-    def record(self, flow: Flow, pkt: Packet, c2s: bool) -> None:
-        now = self.clock()
+    def record(self, flow: Flow, pkt: Packet, c2s: bool, now: float | None = None) -> None:
+        """Count ``pkt`` into its flow and keep its payload while the flow is
+        undecided; ``now`` is the clock as :meth:`lookup` read it, if the caller has it."""
+        if now is None:
+            now = self.clock()
         flow.last_seen = now
         flow.packets += 1
         payload = pkt.payload
