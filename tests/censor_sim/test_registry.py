@@ -111,3 +111,37 @@ def test_a_packet_censor_cannot_share_a_profile_with_inspectors(tmp_path):
                     '[detectors.fet]\n')
     with pytest.raises(ValueError, match="cannot share a profile with flow inspectors"):
         Engine(load_profile(str(prof)), clock=Clock(), rng=random.Random(0))
+
+
+BY_CLIENT = '''
+from censor_sim.inspectors import FirstPayloadInspector, Match
+
+
+class ByClient(FirstPayloadInspector):
+    """Judges only one client's flows: a scope the engine cannot answer per server."""
+
+    kind = "by_client"
+
+    def in_scope(self, flow):
+        return flow.client == "198.18.0.2" and super().in_scope(flow)
+
+    def judge(self, first):
+        return Match(self.name, {"length": len(first)})
+'''
+
+
+def test_a_plugin_that_scopes_by_more_than_the_server_is_asked_per_flow(plugin_path):
+    """The engine answers built-in scopes once per server, port and protocol; an
+    inspector with its own in_scope must still be asked for every flow."""
+    install(plugin_path, "ptl_example_byclient", BY_CLIENT,
+            "[ptlab.detectors]\nby_client = ptl_example_byclient:ByClient\n")
+    prof = plugin_path / "by-client.toml"
+    prof.write_text('name = "by-client"\nsource = "test"\n[detectors.bc]\nkind = "by_client"\n'
+                    '[policy]\nrules = [{ detector = "bc", action = "none" }]\n')
+    engine = Engine(load_profile(str(prof)), clock=Clock(), rng=random.Random(0))
+    other_client = "198.18.0.3"
+    for client, port in ((CLIENT, 40001), (other_client, 40002), (CLIENT, 40003)):
+        engine.handle(tcp(client, SERVER, port, 443, SYN), True)
+        engine.handle(tcp(client, SERVER, port, 443, PSH | ACK, b"x" * 10), True)
+    det = [e["flow"]["client_port"] for e in engine.effects.events if e["event"] == "detection"]
+    assert det == [40001, 40003]

@@ -1,0 +1,41 @@
+"""The censor process's own plumbing, without a network."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pytest
+
+import censor_sim.__main__ as censor_main
+
+
+def test_detection_lines_wait_for_the_batch_flush_even_under_pythonunbuffered(monkeypatch):
+    """PYTHONUNBUFFERED (the lab's process runner sets it) makes stdout write through,
+    a write(2) per detection line; the censor buffers it and flushes per batch."""
+    r, w = os.pipe()
+    try:
+        unbuffered = io.TextIOWrapper(io.FileIO(w, "w", closefd=False), encoding="utf-8",
+                                      write_through=True)  # what -u / PYTHONUNBUFFERED give
+        monkeypatch.setattr(sys, "stdout", unbuffered)
+        censor_main._buffered_stdout()
+        assert sys.stdout is not unbuffered and not sys.stdout.write_through
+        censor_main.emit("detection", flush=False, detector="fet")
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):  # nothing written yet
+            os.read(r, 4096)
+        sys.stdout.flush()
+        assert b'"event":"detection"' in os.read(r, 4096)
+        censor_main.emit("ready")  # flush=True lines still go at once
+        assert b'"event":"ready"' in os.read(r, 4096)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_buffered_stdout_is_left_alone(monkeypatch):
+    out = io.TextIOWrapper(io.BufferedWriter(io.BytesIO()), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    censor_main._buffered_stdout()
+    assert sys.stdout is out
