@@ -57,6 +57,7 @@ class LiveEffects(Effects):
 
     def residual(self, key, seconds: float) -> None:
         client, server, proto, port = key
+        sys.stdout.flush()  # the detection's line is out before its block takes effect
         datapath.add_residual(client, server, proto, port, seconds)
 
     def block_server(self, server: str, port: int, proto: int = 6) -> None:
