@@ -23,6 +23,8 @@ FlowKey = tuple[str, str, int, int, int]  # client, server, proto, client port, 
 class KeyedFlow:
     """Names for the parts of an oriented flow key (client, server, proto, ports)."""
 
+    __slots__ = ()  # so that Flow's slots are all it has
+
     key: FlowKey
 
     @property
