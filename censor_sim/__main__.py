@@ -29,7 +29,7 @@ from typing import Any
 from ptcommon import gcpolicy
 from ptcommon.events import EventLog
 
-from . import datapath, packet
+from . import datapath, eventjson, packet
 from .engine import Effects, Engine, unsupported
 from .profile import Profile, ProfileError, load_profile
 from .runners import QueueRunner, TapRunner
@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(config, dict) or "profile" not in config:
             raise ProfileError("config needs a 'profile' key")
         _buffered_stdout()
+        eventjson.install()
         if prof_out := os.environ.get("PTLAB_CENSOR_PROFILE"):
             # Where the censor's time goes, for benchmarks (docs/lab/censor.md §5).
             import cProfile

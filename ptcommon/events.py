@@ -59,35 +59,27 @@ def event_record(component: str, event: str, ts: float | None = None,
     return record
 
 
-# Event lines are compact JSON, encoded by orjson where the lab's install has it
-# (the [lab] extra): the censor writes a line per detection, and the standard
-# library's encoder was a third of its work per flow (benchmarks/censor.py). The
-# standard encoder, with the same separators, writes the same line where orjson
-# is missing (the volunteer proxy's light install), for a line orjson cannot
-# encode (an integer past 64 bits, a key that is not a string) and for text
-# beyond ASCII, which stays escaped as it always was. Other types become their
-# str(); orjson writes floats' exponents without padding (1e-7, not 1e-07) and
-# a NaN as null, where the standard encoder writes NaN, which is not JSON.
+# Event lines are compact JSON. Values JSON can't hold become their str().
 _std_encode = json.JSONEncoder(default=str, separators=(",", ":")).encode
-try:
-    import orjson
-except ImportError:  # pragma: no cover - the lab's install has it
-    orjson = None  # type: ignore[assignment]
-_ORJSON_OPTIONS = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-                   if orjson is not None else 0)
+# A faster encoder a process may install (use_encoder): the censor writes a line
+# per detection, and this one was a third of its work per flow.
+_fast_encode: Callable[[dict[str, Any]], str | None] | None = None
+
+
+def use_encoder(encode: Callable[[dict[str, Any]], str | None] | None) -> None:
+    """Encode this process's event lines with ``encode`` (None: the standard one again).
+
+    ``encode`` must write the standard encoder's text for the records it takes,
+    and return None for any it leaves to it; ptcommon itself stays standard
+    library only (censor_sim/eventjson.py installs orjson for the censor)."""
+    global _fast_encode
+    _fast_encode = encode
 
 
 def _encode(record: dict[str, Any]) -> str:
-    if orjson is not None:
-        try:
-            out = orjson.dumps(record, default=str, option=_ORJSON_OPTIONS)
-        except TypeError:  # orjson.JSONEncodeError is one
-            pass
-        else:
-            if out.isascii():
-                return out.decode("ascii")
+    if _fast_encode is not None and (line := _fast_encode(record)) is not None:
+        return line
     return _std_encode(record)
-
 
 
 def event_line(component: str, event: str, **fields: Any) -> str:

@@ -7,9 +7,6 @@ import json
 import re
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ptcommon import events
 from ptcommon.events import EVENT_KEYS, READY_PATTERN, EventLog, count_events, event_line
 
@@ -46,29 +43,7 @@ def test_emit_writes_one_line_and_flushes_only_when_asked():
     assert out.flushes == 1
 
 
-# -- one format, whichever encoder writes it ---------------------------------------
-
-_json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70)
-    | st.floats(allow_nan=False, allow_infinity=False, width=64).filter(
-        lambda f: "e" not in repr(f))  # exponents: 1e-07 (stdlib) against 1e-7 (orjson)
-    | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=6) | st.integers(0, 9), inner, max_size=4),
-    max_leaves=12)
-
-
-@given(fields=st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), _json_values,
-                              max_size=6))
-def test_orjson_and_the_standard_encoder_write_the_same_line(fields):
-    """The lab's install encodes with orjson, the volunteer's with the standard library;
-    a line must not depend on which (ptcommon/events.py), nor lose what it holds."""
-    record = events.event_record("censor", "detection", ts=1.5, **fields)
-    fast = events._encode(record)
-    standard = events._std_encode(record)
-    assert fast == standard
-    assert fast.isascii() and "\n" not in fast
-    assert json.loads(fast) == json.loads(json.dumps(record))
+# -- the line's format, and finding it ------------------------------------------------
 
 
 def test_lines_are_compact_and_the_lab_finds_them_either_way():
@@ -81,5 +56,19 @@ def test_lines_are_compact_and_the_lab_finds_them_either_way():
     assert count_events(text, "ready.") == 0  # the name is literal, not a pattern
 
 
-def test_orjson_is_what_the_lab_encodes_with():
-    assert events.orjson is not None, "the [lab] extra installs orjson (pyproject.toml)"
+def test_an_installed_encoder_writes_the_lines_it_takes_and_leaves_the_rest():
+    taken = []
+
+    def fast(record):
+        if record["event"] == "mine":
+            taken.append(record["event"])
+            return "FAST"
+        return None
+
+    events.use_encoder(fast)
+    try:
+        assert event_line("c", "mine") == "FAST"
+        assert json.loads(event_line("c", "other", n=1))["n"] == 1  # left to the standard one
+    finally:
+        events.use_encoder(None)
+    assert taken == ["mine"] and event_line("c", "mine").startswith('{"ts":')
