@@ -30,7 +30,6 @@ from typing import Any, TextIO
 EVENT_KEYS = frozenset({"ts", "component", "event"})
 
 
-
 def event_pattern(event: str) -> str:
     """A regular expression that finds ``event``'s lines in a log, however the line
     was spaced: ours are compact (``"event":"ready"``), a hand-written
