@@ -52,12 +52,14 @@ class LiveEffects(Effects):
         self.probed: set[tuple[str, int]] = set()  # one investigation per server port
 
     def event(self, name: str, **fields: Any) -> None:
-        # Flushed by the queue runner after each batch of packets, not per line.
-        emit(name, flush=False, **fields)
+        # A detection that acts on nothing, the censor's commonest line, waits for
+        # the runner's flush after the batch. Any other line goes out at once: the
+        # engine writes a detection before taking its actions, so whoever sees an
+        # action's effect (a reset, a drop, a mark, a residual entry) finds its line.
+        emit(name, flush=fields.get("actions") != [], **fields)
 
     def residual(self, key, seconds: float) -> None:
         client, server, proto, port = key
-        sys.stdout.flush()  # the detection's line is out before its block takes effect
         datapath.add_residual(client, server, proto, port, seconds)
 
     def block_server(self, server: str, port: int, proto: int = 6) -> None:

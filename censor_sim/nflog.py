@@ -34,8 +34,9 @@ ATTR_PAYLOAD = 9
 _GROUP = struct.Struct("!H")  # nfgenmsg's resource id: the log group
 
 
-def parse(buf: bytes) -> list[tuple[int, bytes]]:
-    """(group, packet) for each logged packet in one datagram from the kernel.
+def parse(buf: bytes | memoryview) -> list[tuple[int, bytes]]:
+    """(group, packet) for each logged packet in one datagram from the kernel
+    (bytes, or a view of the reader's buffer: each packet is copied out once).
 
     Anything else (acknowledgements, a message with no payload, a malformed
     length) is skipped: a copy the censor cannot read is a packet it did not
@@ -46,7 +47,7 @@ def parse(buf: bytes) -> list[tuple[int, bytes]]:
             continue
         span = netlink.find_attribute(buf, start + 4, end, ATTR_PAYLOAD)
         if span is not None:
-            out.append((_GROUP.unpack_from(buf, start + 2)[0], buf[span[0]:span[1]]))
+            out.append((_GROUP.unpack_from(buf, start + 2)[0], bytes(buf[span[0]:span[1]])))
     return out
 
 
@@ -111,7 +112,7 @@ class Reader:
                     self.overruns += 1
                     continue
                 raise
-            out += parse(view[:n].tobytes())
+            out += parse(view[:n])
         return out
 
     def close(self) -> None:

@@ -20,16 +20,6 @@ from .injector import Injector
 emit = EventLog("censor").emit
 
 
-def _lines_before_effects() -> None:
-    """Write out the event lines so far before an action takes effect.
-
-    Detection lines are flushed once per batch, but whoever watches an action's
-    effect (a reset, a drop, a stalled flow) must find its line in the log by
-    then, as with an unbuffered log: the lines go first, for the few packets
-    that carry an action."""
-    sys.stdout.flush()
-
-
 class Runner:
     """What both ways of seeing packets share: the engine, the injector, and
     the accounting of where each packet's time goes."""
@@ -52,8 +42,6 @@ class Runner:
         emit("error", error=f"{type(exc).__name__}: {exc}")
 
     def _inject(self, v: Verdict) -> None:
-        if v.inject:
-            _lines_before_effects()
         for spec in v.inject:
             self.injector.send(spec)
 
@@ -127,8 +115,6 @@ class QueueRunner(Runner):
     @staticmethod
     def _verdict(nfpkt, v: Verdict) -> None:
         mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
-        if v.drop or (mark and v.flow != "accept"):
-            _lines_before_effects()
         if v.drop and v.flow == "accept":
             # Kernel state (a residual entry) already drops this packet in the
             # post chain; accepting with the mark also offloads the flow.
@@ -211,7 +197,6 @@ class TapRunner(Runner):
                 self.busy_s += clock() - t0 + per_copy
         if marks:
             t0 = clock()
-            _lines_before_effects()
             try:
                 self.marker.mark(list(marks.items()))
             except OSError as exc:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import censor_sim.__main__ as censor_main
+from censor_sim.profile import load_profile
 
 
 def test_detection_lines_wait_for_the_batch_flush_even_under_pythonunbuffered(monkeypatch):
@@ -39,3 +40,23 @@ def test_a_buffered_stdout_is_left_alone(monkeypatch):
     monkeypatch.setattr(sys, "stdout", out)
     censor_main._buffered_stdout()
     assert sys.stdout is out
+
+
+def test_a_detection_that_acts_goes_out_at_once_and_one_that_does_not_waits(monkeypatch):
+    """The engine writes a detection before its actions take effect, so an acting
+    detection's line must be in the log first; p = 0 detections wait for the batch."""
+    class Log(io.StringIO):
+        flushes = 0
+
+        def flush(self) -> None:
+            self.flushes += 1
+
+    out = Log()
+    monkeypatch.setattr(sys, "stdout", out)
+    effects = censor_main.LiveEffects(load_profile("gfw-fet-2021"), None)
+    effects.event("detection", detector="fet", actions=[])
+    assert out.flushes == 0 and out.getvalue().count("\n") == 1  # written, not flushed
+    effects.event("detection", detector="fet", actions=["residual"])
+    assert out.flushes == 1
+    effects.event("detection", detector="censor1", evidence={})  # Geneva's: it always acts
+    assert out.flushes == 2
