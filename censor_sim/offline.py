@@ -66,13 +66,18 @@ class FlowVerdict:
     evidence: dict[str, Any] = field(default_factory=dict)
     detections: int = 0  # detections, including those the rule's chance let pass
     would: list[str] = field(default_factory=list)
+    # A TCP flow whose client SYN the capture does not hold (it began before the
+    # capture, or the capture lost packets). A censor that needs the handshake takes
+    # such a flow as established and does not judge it, so its "pass" says nothing
+    # about the traffic; reported apart so a reader can tell the two "pass"es apart.
+    midstream: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"flow": self.flow, "packets": self.packets, "verdict": self.verdict,
                 "detector": self.detector, "packet": self.packet,
                 "data_packet": self.data_packet, "after_s": self.after_s,
                 "detections": self.detections, "evidence": self.evidence,
-                "would": self.would}
+                "would": self.would, "midstream": self.midstream}
 
 
 class _Sides:
@@ -167,6 +172,8 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
                                            "client_port": key[3], "server_port": key[4]})
             starts[key] = ts
+            fv.midstream = (pkt.proto == packet.TCP and not engine.midstream
+                            and not (c2s and pkt.pure_syn))
             if (which := kernel_lists.drops(key[1], key[4])) is not None:
                 # Dropped by the kernel before any queue: the engine never sees it.
                 fv.verdict, fv.detector, fv.packet, fv.after_s = "drop", which, 1, 0.0

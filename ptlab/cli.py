@@ -221,12 +221,13 @@ def _censor_pcap(args: argparse.Namespace) -> int:
     from ptcommon import gcpolicy
 
     gcpolicy.for_packet_loop()
-    flows = flagged = 0
+    flows = flagged = midstream = 0
     try:
         for fv in replay(profile, Path(args.pcap), args.clients, args.seed):
             out.write(json.dumps(fv.to_json()) + "\n")
             flows += 1
             flagged += fv.verdict != "pass"
+            midstream += fv.midstream and fv.verdict == "pass"
     except BrokenPipeError:
         raise  # `ptlab censor --pcap F | head`: the reader left (main handles it)
     except (PcapError, ValueError, OSError) as exc:
@@ -234,7 +235,9 @@ def _censor_pcap(args: argparse.Namespace) -> int:
     finally:
         if out is not sys.stdout:
             out.close()
-    print(f"{profile.name}: {flagged} of {flows} flows acted on", file=sys.stderr)
+    unjudged = (f"; {midstream} TCP flows passed unjudged, first seen mid-stream (the "
+                "capture holds no SYN from their client)" if midstream else "")
+    print(f"{profile.name}: {flagged} of {flows} flows acted on{unjudged}", file=sys.stderr)
     return 0
 
 

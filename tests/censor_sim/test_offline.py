@@ -143,3 +143,35 @@ def test_the_cli_needs_no_privilege(capture, tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert len(out.read_text().splitlines()) == 5
+
+
+def test_a_flow_without_its_handshake_passes_marked_mid_stream(tmp_path, capture):
+    """A capture that lost (or began after) a connection's SYN: FET's censor needs the
+    handshake, so it does not judge the flow, and the verdict says why it passed."""
+    from scapy.utils import rdpcap
+
+    pkts = list(rdpcap(str(capture)))
+    cut = tmp_path / "cut.pcap"
+    wrpcap(str(cut), pkts[1:])  # the first connection's SYN, lost
+    v = verdicts(cut)
+    first = v[(SERVER, 40000)]
+    assert (first.verdict, first.midstream, first.detections) == ("pass", True, 0)
+    assert first.to_json()["midstream"] is True
+    # Every flow whose SYN is there is judged as before, and none is marked.
+    assert v[(SERVER, 40002)].verdict == "residual"  # no earlier block now
+    assert not any(x.midstream for k, x in v.items() if k != (SERVER, 40000))
+    proc = subprocess.run([sys.executable, "-m", "ptlab", "censor", "--profile",
+                           "gfw-fet-2021", "--set", json.dumps(FET_P1), "--pcap", str(cut)],
+                          capture_output=True, text=True, timeout=60)
+    assert "1 TCP flows passed unjudged, first seen mid-stream" in proc.stderr, proc.stderr
+
+
+def test_a_censor_that_needs_no_handshake_judges_mid_stream_flows(tmp_path):
+    """Henan's firewall inspects flows it meets mid-stream (datapath.midstream): its
+    verdict on a SYN-less flow is a real one, so the flow is not marked."""
+    hello = bytes.fromhex("1603010005") + b"\x01\x00\x00\x01\x00"
+    pkts = connection(40010, SERVER, 443, hello, 5.0)[2:]  # no SYN, no SYN+ACK
+    path = tmp_path / "henan.pcap"
+    wrpcap(str(path), pkts)
+    (only,) = replay(load_profile("henan-2025"), path)
+    assert only.midstream is False

@@ -236,11 +236,18 @@ def test_fet_blocks_shadowsocks_on_its_first_data_packet(lab):
     from censor_sim.offline import replay
     from censor_sim.profile import load_profile
 
+    events = [json.loads(x) for x in (lab.out_dir / "events.jsonl").read_text().splitlines()]
+    (live,) = [e["flow"] for e in events if e.get("cell") == Path(row.cell_dir).name
+               and e.get("component") == "censor" and e["event"] == "detection"]
     pcap = lab.out_dir / next(p for p in row.pcaps if "censor-client" in p)
     ours = [v for v in replay(load_profile("gfw-fet-2021", FET), pcap)
             if v.flow["server_port"] == 9850]
-    assert (ours[0].verdict, ours[0].detector, ours[0].data_packet) == ("residual", "fet", 1)
-    assert {v.verdict for v in ours[1:]} <= {"dropped-by-residual"}
+    # On failure: every flow's verdict (a "midstream" one lost its SYN from the
+    # capture), and tcpdump's own count of packets it dropped.
+    why = [v.to_json() for v in ours], pcap.with_suffix(".log").read_text()
+    assert ours[0].flow == live, why
+    assert (ours[0].verdict, ours[0].detector, ours[0].data_packet) == ("residual", "fet", 1), why
+    assert {v.verdict for v in ours[1:]} <= {"dropped-by-residual"}, why
 
 
 @pytest.mark.lab
