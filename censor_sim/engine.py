@@ -125,6 +125,13 @@ class Engine:
         self._scope_cache: dict[tuple[str, int, int], tuple[Inspector, ...]] = {}
         self._scope_by_server = all(type(i).in_scope is Inspector.in_scope
                                     for i in self.inspectors)
+        if self.flows.record_stats:
+            # Stats only on the flows a reader of them is scoped to (benchmarks/censor.py:
+            # tls_in_tls's record on every UDP flow more than doubled their cost).
+            self.flows.wants_stats = self._wants_stats
+
+    def _wants_stats(self, flow: Flow) -> bool:
+        return any(i.uses_flow_stats for i in self._scoped(flow))
 
     # -- per packet -------------------------------------------------------------------
 

@@ -66,8 +66,8 @@ class Flow(KeyedFlow):
         self.key = key
         self.first_seen = first_seen
         self.last_seen = last_seen
-        # Per-packet sizes, directions and times, when some inspector reads them
-        # (FlowTable.record_stats); None otherwise.
+        # Per-packet sizes, directions and times, when an inspector scoped to this
+        # flow reads them (FlowTable.record_stats, wants_stats); None otherwise.
         self.stats = stats
         # Client→server / server→client payloads in arrival order, kept while their
         # total is under the table's cap; parsers that need more than one segment
@@ -138,15 +138,19 @@ class FlowTable:
     def __init__(self, clock: Callable[[], float], idle_s: float = 120.0,
                  max_flows: int = 65536, buffer_cap: int = 65536,
                  stats_packets: int = 30, record_stats: bool = True,
-                 reuse_by_seq: bool = False) -> None:
+                 reuse_by_seq: bool = False,
+                 wants_stats: Callable[[Flow], bool] | None = None) -> None:
         self.clock = clock
         # Without SYNs (an on-path tap that leaves them in the kernel), a reused
         # 4-tuple's new connection shows itself by a sequence number far from where
         # the old connection's client stream had got to.
         self.reuse_by_seq = reuse_by_seq
         # Per-packet sizes and times (flow.stats) cost every packet; only some
-        # detectors read them (Inspector.uses_flow_stats), so the engine asks.
+        # detectors read them (Inspector.uses_flow_stats), so the engine asks, and
+        # names the flows they read them on (wants_stats; None: every flow): a
+        # TCP-only detector's needs are no cost on UDP flows.
         self.record_stats = record_stats
+        self.wants_stats = wants_stats
         self.idle_s = idle_s
         self.max_flows = max_flows
         self.buffer_cap = buffer_cap
@@ -184,8 +188,9 @@ class FlowTable:
             del self._flows[key]
             flow = None
         if flow is None:
-            flow = Flow(key, now, now,
-                        FlowStats(self.stats_packets) if self.record_stats else None)
+            flow = Flow(key, now, now)
+            if self.record_stats and (self.wants_stats is None or self.wants_stats(flow)):
+                flow.stats = FlowStats(self.stats_packets)
             self._flows[key] = flow
             self._expire(now)
         else:
@@ -200,8 +205,9 @@ class FlowTable:
         flow.last_seen = now
         flow.packets += 1
         payload = pkt.payload
-        if self.record_stats:
-            flow.stats.add(1 if c2s else -1, len(payload), now - flow.first_seen)
+        stats = flow.stats
+        if stats is not None:
+            stats.add(1 if c2s else -1, len(payload), now - flow.first_seen)
         if not payload:
             return
         if c2s:
@@ -219,8 +225,8 @@ class FlowTable:
         if kept >= self.buffer_cap:
             return
         if not chunks:
-            if self.record_stats:
-                flow.stats.note_first_payload(1 if c2s else -1, payload)
+            if stats is not None:
+                stats.note_first_payload(1 if c2s else -1, payload)
             chunks = [payload]
             if c2s:
                 flow.c2s_payloads = chunks

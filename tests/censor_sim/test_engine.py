@@ -8,7 +8,7 @@ import random
 import pytest
 
 from censor_sim.engine import Effects, Engine, unsupported
-from censor_sim.packet import ACK, PSH
+from censor_sim.packet import ACK, PSH, SYN
 from censor_sim.profile import load_profile
 from tests.support.engine import CLIENT, SERVER, Clock, connect, tcp, udp
 
@@ -270,3 +270,16 @@ def test_without_births_watched_a_flow_first_seen_mid_stream_is_not_judged():
     eng, _ = fet_engine(p=1.0)
     v = eng.handle(tcp(CLIENT, SERVER, 40001, 443, PSH | ACK, bytes(range(200))), True)
     assert v.flow == "accept" and eng.stats["detections"] == 0
+
+
+def test_per_packet_stats_are_kept_only_on_flows_a_reader_of_them_is_scoped_to():
+    """tls_in_tls reads flow.stats (its handshake RTT) and judges TCP only: UDP
+    flows, and TCP flows outside its ports, carry no per-packet record."""
+    eng = Engine(load_profile("tls-in-tls-2024", {"detectors": {"tls_in_tls": {
+        "ports": [443]}}}), clock=Clock(), rng=random.Random(1))
+    eng.handle(tcp(CLIENT, SERVER, 40000, 443, SYN), True)
+    eng.handle(tcp(CLIENT, SERVER, 40001, 80, SYN), True)
+    eng.handle(udp(CLIENT, SERVER, 40002, 443, b"x" * 40), True)
+    stats = {f.key[3]: f.stats for f in eng.flows._flows.values()}
+    assert stats[40000] is not None and stats[40000].lengths == [0]
+    assert stats[40001] is None and stats[40002] is None
