@@ -14,7 +14,12 @@ SOCKS5 front. For its workloads to go through it:
 
 Both print the lab's ``ready`` event when in place and take everything down
 again on SIGTERM (the cell's end), so the next cell finds the namespace as it
-was. Their names carry the lab's ``ptl`` prefix.
+was. Their names carry the lab's ``ptl`` prefix. Before the client's routes
+go, the connections still bound to the tunnel's address are aborted, while
+the tunnel still carries their resets: once the routes are gone, a FIN
+retransmitted from such a connection would leave by the main table, with the
+tunnel's address as its source, onto the censor's link (a VPN client's kill
+switch keeps that traffic in too).
 """
 
 from __future__ import annotations
@@ -89,6 +94,26 @@ def setup_client(dev: str, via: str, dest: str, benign_ports: str) -> list[list[
     return undo
 
 
+def device_addresses(dev: str) -> list[str]:
+    """The IPv4 addresses on ``dev`` (none if it is gone)."""
+    shown = _ip("-4", "-o", "addr", "show", "dev", dev, check=False)
+    if shown.returncode != 0:
+        return []
+    words = shown.stdout.split()
+    return [words[i + 1].split("/")[0] for i, w in enumerate(words[:-1]) if w == "inet"]
+
+
+def abort_tunnel_connections(dev: str, dest: str) -> None:
+    """Abort the TCP connections from ``dev``'s addresses to ``dest`` (``ss -K``).
+
+    Best effort: a kernel without socket destruction (CONFIG_INET_DIAG_DESTROY)
+    leaves them, and ss says nothing.
+    """
+    for addr in device_addresses(dev):
+        subprocess.run(["ss", "-K", "-t", "-n", "src", addr, "dst", dest],
+                       capture_output=True, check=False)
+
+
 def setup_server(subnet: str) -> tuple[str, list[list[str]]]:
     """Forwarding and masquerading for the tunnel's subnet; the old ip_forward."""
     old = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
@@ -136,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     events.ready(dev=args.dev)
     while not stop.wait(0.5):
         pass
+    if args.side == "client":
+        abort_tunnel_connections(args.dev, args.to)
     for cmd in reversed(undo):
         subprocess.run(cmd if cmd[0] == "nft" else ["ip", *cmd], capture_output=True)
     if old_forward is not None:
