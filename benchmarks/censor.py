@@ -265,6 +265,7 @@ def pcap_rate(n: int = 6000) -> dict[str, float]:
     """Packets per second of the offline censor over a capture of ``n`` flows (the
     corpus's TCP flows with a handshake, a payload, an answer and a teardown)."""
     from scapy.all import IP, TCP, Raw, wrpcap
+    from scapy.utils import wrpcapng
 
     from censor_sim.offline import replay
     from censor_sim.profile import load_profile
@@ -284,18 +285,20 @@ def pcap_rate(n: int = 6000) -> dict[str, float]:
             p.time = t0 + k * 0.001
         pkts += seq
     with tempfile.TemporaryDirectory() as td:
-        path = Path(td) / "corpus.pcap"
+        path, ng_path = Path(td) / "corpus.pcap", Path(td) / "corpus.pcapng"
         wrpcap(str(path), pkts)
+        wrpcapng(str(ng_path), pkts)
         # Measure the censor as `ptlab censor --pcap` runs it: without this
         # process's scapy packets alive (every collection would walk them).
         n_packets = len(pkts)
         del pkts
         gcpolicy.for_packet_loop()
         rates = {}
-        for prof in ("gfw-fet-2021", "sni-blocklist"):
-            profile = load_profile(prof, {"policy": {"rules": []}})
+        for prof, capture in (("gfw-fet-2021", path), ("sni-blocklist", path),
+                              ("gfw-fet-2021 (pcapng)", ng_path)):
+            profile = load_profile(prof.split()[0], {"policy": {"rules": []}})
             t = time.perf_counter()
-            for _ in replay(profile, path):
+            for _ in replay(profile, capture):
                 pass
             rates[prof] = n_packets / (time.perf_counter() - t)
     return rates

@@ -12,8 +12,9 @@ SYN (they began before the capture).
 The capture may be cut short (a snap length): the true payload length comes
 from the IP header, and only the captured bytes feed the entropy features.
 The reader handles classic pcap (micro- or nanosecond, either byte order)
-with Ethernet, Linux cooked (v1, v2) or raw-IP link types; it is small
-because only this much is needed, and it refuses anything else by name.
+and pcapng (:mod:`censor_sim.pcapng`) with Ethernet, Linux cooked (v1, v2)
+or raw-IP link types; it is small because only this much is needed, and it
+refuses anything else by name.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import pcapng
 from .detectors.ml.flowlog import DOWN, UP, FlowLog
 from .flows import FlowKey, KeyedFlow
 from .packet import TCP, UDP, Packet, parse
@@ -37,17 +39,33 @@ class PcapError(ValueError):
     """A file that is not a capture this reader understands."""
 
 
+_LINKTYPES = (_ETHERNET, _RAW, _RAW_OLD, _SLL, _SLL2, _IPV4, _IPV6)
+
+
 def read_packets(path: Path) -> Iterator[tuple[float, bytes, int]]:
-    """(timestamp, IP packet as captured, original length) for each record of a pcap."""
+    """(timestamp, IP packet as captured, original length) for each record of a
+    classic pcap or a pcapng file (:mod:`censor_sim.pcapng`)."""
+    name = Path(path).name
     with open(path, "rb") as f:
         head = f.read(24)
+        if head[:4] == pcapng.SHB_MAGIC:
+            f.seek(0)
+            try:
+                for ts, linktype, data, orig in pcapng.records(f):
+                    if linktype & 0x0FFFFFFF not in _LINKTYPES:
+                        raise PcapError(f"{name}: unsupported link type {linktype}")
+                    ip = _strip_link(data, linktype)
+                    if ip is not None:
+                        yield ts, ip, orig - (len(data) - len(ip))
+            except pcapng.PcapngError as exc:
+                raise PcapError(f"{name}: pcapng: {exc}") from None
+            return
         if len(head) < 24 or head[:4] not in _MAGIC:
-            raise PcapError(f"{Path(path).name}: not a classic pcap file "
-                            f"(pcapng is not read; capture with tcpdump -w)")
+            raise PcapError(f"{name}: neither a pcap nor a pcapng file")
         endian, unit = _MAGIC[head[:4]]
         linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
-        if linktype not in (_ETHERNET, _RAW, _RAW_OLD, _SLL, _SLL2, _IPV4, _IPV6):
-            raise PcapError(f"{Path(path).name}: unsupported link type {linktype}")
+        if linktype not in _LINKTYPES:
+            raise PcapError(f"{name}: unsupported link type {linktype}")
         rec = struct.Struct(endian + "IIII")
         while True:
             h = f.read(16)

@@ -656,7 +656,8 @@ def build_parser() -> argparse.ArgumentParser:
     cen.add_argument("--profile", required=True, help="profile name or path to a .toml")
     cen.add_argument("--inside", help="interface toward the censored users")
     cen.add_argument("--outside", help="interface toward the rest of the world")
-    cen.add_argument("--pcap", help="a classic pcap to judge offline (tcpdump -w)")
+    cen.add_argument("--pcap", help="a capture to judge offline: pcap (tcpdump -w) or "
+                     "pcapng (Wireshark, dumpcap)")
     cen.add_argument("--out", help="--pcap: write the verdicts here (default stdout)")
     cen.add_argument("--clients", action="append", default=[], metavar="CIDR",
                      help="--pcap: the censored users' addresses (default: whoever opened "
