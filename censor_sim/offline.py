@@ -66,6 +66,7 @@ class FlowVerdict:
     evidence: dict[str, Any] = field(default_factory=dict)
     detections: int = 0  # detections, including those the rule's chance let pass
     would: list[str] = field(default_factory=list)
+    start: float = field(default=0.0, repr=False)  # capture time of its first packet
     # A TCP flow whose client SYN the capture does not hold (it began before the
     # capture, or the capture lost packets). A censor that needs the handshake takes
     # such a flow as established and does not judge it, so its "pass" says nothing
@@ -157,8 +158,9 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
         raise ValueError(f"profile {profile.name}: {why}; it has no offline mode")
     kernel_lists = _KernelLists(profile)
     sides = _Sides(clients)
-    flows: dict[FlowKey, FlowVerdict] = {}
-    starts: dict[FlowKey, float] = {}
+    flows: dict[FlowKey, FlowVerdict] = {}  # each 4-tuple's current connection
+    out: list[FlowVerdict] = []  # every connection, in order of first packet
+    counts = engine.stats
     seen_events = seen_would = 0
     for ts, raw, _ in read_packets(Path(path)):
         pkt = packet.parse(raw)
@@ -169,20 +171,23 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                else (pkt.dst, pkt.src, pkt.proto, pkt.dport, pkt.sport))
         fv = flows.get(key)
         if fv is None:
-            fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
-                                           "client_port": key[3], "server_port": key[4]})
-            starts[key] = ts
-            fv.midstream = (pkt.proto == packet.TCP and not engine.midstream
-                            and not (c2s and pkt.pure_syn))
+            fv = _new_verdict(flows, out, key, pkt, c2s, ts, engine.midstream)
             if (which := kernel_lists.drops(key[1], key[4])) is not None:
                 # Dropped by the kernel before any queue: the engine never sees it.
                 fv.verdict, fv.detector, fv.packet, fv.after_s = "drop", which, 1, 0.0
                 fv.would.append(f"drop in the kernel ({which})")
-        fv.packets += 1
         if fv.detector in _KernelLists.KINDS and fv.verdict == "drop":
+            fv.packets += 1
             continue
         now[0] = ts
+        flows_before = counts["flows"]
         verdict = engine.handle(pkt, c2s)
+        if counts["flows"] != flows_before and fv.packets:
+            # The engine began a new flow on a 4-tuple it had seen: a new connection
+            # (a client reusing its port after the last one ended, or traffic after
+            # the idle timeout), judged afresh, so reported on its own line.
+            fv = _new_verdict(flows, out, key, pkt, c2s, ts, engine.midstream)
+        fv.packets += 1
         # Everything the engine reports for a packet is about that packet's flow.
         detection: dict[str, Any] | None = None
         new_events = effects.events[seen_events:] if len(effects.events) > seen_events else ()
@@ -193,7 +198,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             elif ev["event"] == "action" and fv.verdict == "pass":
                 fv.verdict = "+".join(ev.get("actions") or ["?"])
                 fv.detector = ev.get("detector")
-                fv.packet, fv.after_s = fv.packets, round(ts - starts[key], 6)
+                fv.packet, fv.after_s = fv.packets, round(ts - fv.start, 6)
                 if detection is not None:
                     fv.data_packet = detection.get("data_packet")
                     fv.evidence = detection.get("evidence", {})
@@ -204,13 +209,22 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             # A packet censor decides alone: no policy, so no "action" event.
             if fv.verdict == "pass":
                 fv.verdict, fv.detector = ("drop" if verdict.drop else "rst"), pc.name
-                fv.packet, fv.after_s = fv.packets, round(ts - starts[key], 6)
+                fv.packet, fv.after_s = fv.packets, round(ts - fv.start, 6)
                 fv.evidence = detection.get("evidence", {}) if detection else {}
             fv.would += [f"inject {i.flags} x{i.count}" for i in verdict.inject]
         elif verdict.drop and fv.verdict == "pass":
             # No detection of its own: an earlier block (a residual on its 3-tuple).
             fv.verdict, fv.packet = "dropped-by-residual", fv.packets
-            fv.after_s = round(ts - starts[key], 6)
+            fv.after_s = round(ts - fv.start, 6)
         fv.would += effects.would[seen_would:]
         seen_would = len(effects.would)
-    yield from flows.values()
+    yield from out
+
+
+def _new_verdict(flows: dict[FlowKey, FlowVerdict], out: list[FlowVerdict], key: FlowKey,
+                 pkt: packet.Packet, c2s: bool, ts: float, midstream_ok: bool) -> FlowVerdict:
+    fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
+                                   "client_port": key[3], "server_port": key[4]}, start=ts)
+    fv.midstream = pkt.proto == packet.TCP and not midstream_ok and not (c2s and pkt.pure_syn)
+    out.append(fv)
+    return fv

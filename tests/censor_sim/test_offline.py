@@ -175,3 +175,19 @@ def test_a_censor_that_needs_no_handshake_judges_mid_stream_flows(tmp_path):
     wrpcap(str(path), pkts)
     (only,) = replay(load_profile("henan-2025"), path)
     assert only.midstream is False
+
+
+def test_a_reused_four_tuple_is_a_new_connection_judged_on_its_own_line(tmp_path):
+    """A client reusing its source port (Go's dialer does, often) opens a connection
+    the censor judges afresh: the capture's verdicts say so, flow by flow."""
+    rng = random.Random(5)
+    http = connection(40000, SERVER, 9850, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 10.0)
+    fin = IP(src=CLIENT, dst=SERVER) / TCP(sport=40000, dport=9850, flags="FA", seq=200)
+    fin.time = 10.5
+    again = connection(40000, SERVER, 9850, rng.randbytes(300), 12.0)  # same 4-tuple
+    path = tmp_path / "reuse.pcap"
+    wrpcap(str(path), [*http, fin, *again])
+    got = list(replay(load_profile("gfw-fet-2021", FET_P1), path))
+    assert [(v.verdict, v.packets, v.packet, v.data_packet) for v in got] == [
+        ("pass", 5, None, None), ("residual", 4, 4, 1)]
+    assert got[1].after_s == pytest.approx(0.003)
