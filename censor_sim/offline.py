@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,18 +36,23 @@ FlowKey = tuple[str, str, int, int, int]
 
 
 class OfflineEffects(Effects):
-    """Records what a live censor would do; does none of it."""
+    """Records what a live censor would do; does none of it.
+
+    Keeps only what :func:`replay` has yet to read (it empties ``events`` and
+    ``would`` after each packet), so a capture of any size costs no memory here.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.would: list[str] = []
 
+    def residual(self, key: Any, seconds: float) -> None:
+        pass  # the engine keeps its own residual table; nothing to carry out
+
     def probe(self, flow: dict[str, Any], first_payload: bytes, match: Match) -> None:
-        super().probe(flow, first_payload, match)
         self.would.append(f"probe {flow['server']}:{flow['server_port']}")
 
     def block_server(self, server: str, port: int) -> None:
-        super().block_server(server, port)
         self.would.append(f"block {server}:{port}")
 
 
@@ -67,6 +73,8 @@ class FlowVerdict:
     detections: int = 0  # detections, including those the rule's chance let pass
     would: list[str] = field(default_factory=list)
     start: float = field(default=0.0, repr=False)  # capture time of its first packet
+    last: float = field(default=0.0, repr=False)  # and of its latest
+    key: FlowKey = field(default=("", "", 0, 0, 0), repr=False)
     # A TCP flow whose client SYN the capture does not hold (it began before the
     # capture, or the capture lost packets). A censor that needs the handshake takes
     # such a flow as established and does not judge it, so its "pass" says nothing
@@ -110,6 +118,10 @@ class _Sides:
         self.opened[fwd] = True
         return True
 
+    def forget(self, key: FlowKey) -> None:
+        """A finished flow's orientation (its 4-tuple's next packet starts afresh)."""
+        self.opened.pop((key[0], key[3], key[1], key[4], key[2]), None)
+
 
 class _KernelLists:
     """The address lists the live censor leaves to nftables (ip_blocklist,
@@ -145,9 +157,19 @@ class _KernelLists:
         return None
 
 
+# How often (packets) replay hands out the flows that have gone idle.
+_FLUSH_EVERY = 1024
+
+
 def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
            seed: int = 0) -> Iterator[FlowVerdict]:
-    """Every flow of the capture with the censor's verdict, in order of first packet."""
+    """Every flow of the capture with the censor's verdict, in order of first packet.
+
+    Verdicts stream: a flow is handed out once it has been idle for the engine's
+    ``flow_idle_s`` on the capture's clock (a later packet on its 4-tuple would be
+    a new flow to the engine too) and every flow before it is out, and the rest
+    at the end. Memory follows the flows live at once, not the capture's length.
+    """
     if (why := unsupported(profile)) is not None:
         raise ValueError(f"profile {profile.name}: {why}")
     now = [0.0]
@@ -159,10 +181,18 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
     kernel_lists = _KernelLists(profile)
     sides = _Sides(clients)
     flows: dict[FlowKey, FlowVerdict] = {}  # each 4-tuple's current connection
-    out: list[FlowVerdict] = []  # every connection, in order of first packet
+    out: deque[FlowVerdict] = deque()  # connections not yet handed out, by first packet
     counts = engine.stats
-    seen_events = seen_would = 0
-    for ts, raw, _ in read_packets(Path(path)):
+    idle_s = engine.flows.idle_s
+    events, would = effects.events, effects.would
+    for n, (ts, raw, _) in enumerate(read_packets(Path(path))):
+        if n % _FLUSH_EVERY == 0 and out and ts - out[0].last > idle_s:
+            while out and ts - out[0].last > idle_s:
+                done = out.popleft()
+                if flows.get(done.key) is done:
+                    del flows[done.key]
+                    sides.forget(done.key)
+                yield done
         pkt = packet.parse(raw)
         if pkt is None or pkt.fragment or pkt.proto not in (packet.TCP, packet.UDP):
             continue
@@ -178,6 +208,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                 fv.would.append(f"drop in the kernel ({which})")
         if fv.detector in _KernelLists.KINDS and fv.verdict == "drop":
             fv.packets += 1
+            fv.last = ts
             continue
         now[0] = ts
         flows_before = counts["flows"]
@@ -188,10 +219,10 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             # the idle timeout), judged afresh, so reported on its own line.
             fv = _new_verdict(flows, out, key, pkt, c2s, ts, engine.midstream)
         fv.packets += 1
+        fv.last = ts
         # Everything the engine reports for a packet is about that packet's flow.
         detection: dict[str, Any] | None = None
-        new_events = effects.events[seen_events:] if len(effects.events) > seen_events else ()
-        for ev in new_events:
+        for ev in events:
             if ev["event"] == "detection":
                 fv.detections += 1
                 detection = ev
@@ -204,7 +235,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                     fv.evidence = detection.get("evidence", {})
                 fv.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
                              for i in ev.get("injected", [])]
-        seen_events = len(effects.events)
+        events.clear()
         if pc is not None and (verdict.drop or verdict.inject):
             # A packet censor decides alone: no policy, so no "action" event.
             if fv.verdict == "pass":
@@ -216,15 +247,17 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             # No detection of its own: an earlier block (a residual on its 3-tuple).
             fv.verdict, fv.packet = "dropped-by-residual", fv.packets
             fv.after_s = round(ts - fv.start, 6)
-        fv.would += effects.would[seen_would:]
-        seen_would = len(effects.would)
+        if would:
+            fv.would += would
+            would.clear()
     yield from out
 
 
-def _new_verdict(flows: dict[FlowKey, FlowVerdict], out: list[FlowVerdict], key: FlowKey,
+def _new_verdict(flows: dict[FlowKey, FlowVerdict], out: deque[FlowVerdict], key: FlowKey,
                  pkt: packet.Packet, c2s: bool, ts: float, midstream_ok: bool) -> FlowVerdict:
     fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
-                                   "client_port": key[3], "server_port": key[4]}, start=ts)
+                                   "client_port": key[3], "server_port": key[4]},
+                                  start=ts, last=ts, key=key)
     fv.midstream = pkt.proto == packet.TCP and not midstream_ok and not (c2s and pkt.pure_syn)
     out.append(fv)
     return fv

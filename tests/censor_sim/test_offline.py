@@ -191,3 +191,32 @@ def test_a_reused_four_tuple_is_a_new_connection_judged_on_its_own_line(tmp_path
     assert [(v.verdict, v.packets, v.packet, v.data_packet) for v in got] == [
         ("pass", 5, None, None), ("residual", 4, 4, 1)]
     assert got[1].after_s == pytest.approx(0.003)
+
+
+def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
+    """A flow idle past the engine's flow_idle_s (on the capture's clock) is handed out
+    while the capture is still being read, in order of first packet; memory then
+    follows the flows live at once, not the capture's length."""
+    import censor_sim.offline as offline
+
+    rng = random.Random(6)
+    first = connection(40000, SERVER, 9850, rng.randbytes(300), 0.0)
+    later = [IP(src=CLIENT, dst=WEB) / TCP(sport=41000 + i % 7, dport=80, flags="A")
+             for i in range(3000)]
+    read_past_the_idle_flow = []
+
+    def packets(_path):
+        for p in first:
+            yield float(p.time), bytes(p), len(p)
+        for i, p in enumerate(later):  # 121 s on, for 3,000 packets
+            read_past_the_idle_flow.append(i)
+            yield 121.0 + i * 0.001, bytes(p), len(p)
+        raise RuntimeError("the capture goes on")
+
+    monkeypatch.setattr(offline, "read_packets", packets)
+    verdicts = replay(load_profile("gfw-fet-2021", FET_P1), "unused.pcap")
+    v = next(verdicts)
+    assert (v.flow["client_port"], v.verdict) == (40000, "residual")
+    assert 0 < len(read_past_the_idle_flow) < len(later)
+    with pytest.raises(RuntimeError, match="goes on"):
+        list(verdicts)
