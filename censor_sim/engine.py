@@ -116,6 +116,7 @@ class Engine:
                                record_stats=any(getattr(i, "uses_flow_stats", False)
                                                 for i in self.inspectors))
         self.residual: dict[ResidualKey, Residual] = {}
+        self.max_residuals = int(dp.get("max_residuals", 65536))
         self.midstream = bool(dp.get("midstream", False))
         # The datapath copies only TCP connections whose SYN its ruleset saw, and
         # leaves the SYN itself in the kernel (datapath.QueueConfig.watch_births):
@@ -235,6 +236,24 @@ class Engine:
             self.effects.event("residual_refresh", flow=flow.to_json(), seconds=seconds)
         return Verdict(drop=self.in_path)
 
+    def _remember_residual(self, key: ResidualKey, expires: float) -> None:
+        """A block on ``key`` until ``expires``, in a table of at most max_residuals.
+
+        Entries are otherwise dropped only when their 3-tuple is seen again after
+        they expire; a flood of blocked triples that never return (a hostile client
+        spraying ports) would grow it without end. At the cap, the expired go
+        first, then the oldest (insertion order is expiry order for one duration).
+        """
+        table = self.residual
+        table.pop(key, None)  # re-inserted at the end: the newest
+        if len(table) >= self.max_residuals:
+            now = self.clock()
+            for k in [k for k, e in table.items() if e.expires <= now]:
+                del table[k]
+            while len(table) >= self.max_residuals:
+                del table[next(iter(table))]
+        table[key] = Residual(expires)
+
     def residual_active(self, key: ResidualKey) -> bool:
         e = self.residual.get(key)
         return e is not None and self.clock() < e.expires
@@ -281,7 +300,7 @@ class Engine:
             key = ((flow.server, flow.client, flow.proto, flow.client_port) if m.reverse
                    else (flow.client, flow.server, flow.proto, flow.server_port))
             seconds = self._residual_seconds()
-            self.residual[key] = Residual(self.clock() + seconds)
+            self._remember_residual(key, self.clock() + seconds)
             self.effects.residual(key, seconds)
             # Iran's filter lets the deciding packet through and drops what follows.
             v.drop = self.in_path and c2s and bool(cfg.get("drop_trigger", True))
@@ -382,11 +401,16 @@ def unsupported(profile: Any) -> str | None:
                 return f"policy.rules[{i}].probability: only 1.0 is implemented for ip_blocklist"
     if profile.datapath.get("mode", "in-path") not in ("in-path", "on-path"):
         return "datapath.mode: must be 'in-path' or 'on-path'"
-    for key, low, high in (("tap_batch", 1, 1024), ("tap_wait_ms", 0, 1000)):
+    for key, low, high in (("tap_batch", 1, 1024), ("tap_wait_ms", 0, 1000),
+                           ("max_flows", 1, 1 << 24), ("max_residuals", 1, 1 << 24)):
         value = profile.datapath.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not low <= value <= high):
             return f"datapath.{key}: must be a whole number from {low} to {high}"
+    idle = profile.datapath.get("flow_idle_s")
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, int | float)
+                             or not 0 < idle <= 86400):
+        return "datapath.flow_idle_s: must be a number of seconds above 0, at most 86400"
     try:
         Engine(profile, clock=lambda: 0.0, rng=random.Random(0))
     except (ValueError, KeyError, TypeError) as exc:

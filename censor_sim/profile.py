@@ -79,9 +79,12 @@ def profile_path(name: str) -> Path:
 # In-path (NFQUEUE: the packet waits for the verdict) or on-path (NFLOG copies:
 # the tap, batched by `tap_batch` copies or `tap_wait_ms`; a tap whose inspectors
 # read only clients' payloads leaves TCP SYNs in the kernel unless `watch_births`
-# is false: docs/lab/censor.md §1).
+# is false: docs/lab/censor.md §1). The engine's tables are bounded: flows idle
+# past `flow_idle_s` are forgotten, and at most `max_flows` flows and
+# `max_residuals` blocked triples are kept.
 DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0,
-                                     "watch_births": True}
+                                     "watch_births": True, "flow_idle_s": 120,
+                                     "max_flows": 65536, "max_residuals": 65536}
 
 
 def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:

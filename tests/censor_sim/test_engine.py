@@ -283,3 +283,20 @@ def test_per_packet_stats_are_kept_only_on_flows_a_reader_of_them_is_scoped_to()
     stats = {f.key[3]: f.stats for f in eng.flows._flows.values()}
     assert stats[40000] is not None and stats[40000].lengths == [0]
     assert stats[40001] is None and stats[40002] is None
+
+
+def test_the_residual_table_is_capped_expired_entries_first_then_the_oldest():
+    """A client spraying random payloads at many server ports blocks a triple per
+    port; triples that never return must not grow the table without end."""
+    eng, clock = fet_engine(p=1.0, seconds=(120,))
+    eng.max_residuals = 3
+    noise = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
+    for port in (1001, 1002):
+        assert connect(eng, 40000 + port, port, noise).drop
+    clock.t += 121  # both expired, never seen again
+    for port in (1003, 1004, 1005):
+        assert connect(eng, 40000 + port, port, noise).drop
+    assert [k[3] for k in eng.residual] == [1003, 1004, 1005]  # the expired went first
+    assert connect(eng, 41006, 1006, noise).drop  # full of live blocks: the oldest goes
+    assert [k[3] for k in eng.residual] == [1004, 1005, 1006]
+    assert connect(eng, 41005, 1005, b"GET / HTTP/1.1\r\n\r\n").drop  # still blocked

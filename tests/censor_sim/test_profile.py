@@ -1,5 +1,7 @@
 """Censor profiles load, cite sources, and refuse overrides that name nothing."""
 
+import random
+
 import pytest
 
 from censor_sim.datapath import Blocklist, DatapathError, ruleset
@@ -163,3 +165,21 @@ def test_only_the_protocols_some_inspector_reads_leave_the_kernel():
     assert "0x400/0x470" in both[0] and "0x400/0x470" not in both[1]
     # None: every protocol, as before (a packet censor such as Geneva's).
     assert all("-p" not in r for r in queue_rules(QueueConfig("in0", "out0", 8)))
+
+
+@pytest.mark.parametrize(("key", "good", "bad", "message"), [
+    ("max_flows", 1, 0, "datapath.max_flows: must be a whole number from 1"),
+    ("max_residuals", 1 << 24, (1 << 24) + 1, "datapath.max_residuals: must be a whole number"),
+    ("flow_idle_s", 0.5, 0, "datapath.flow_idle_s: must be a number of seconds above 0"),
+    ("flow_idle_s", 86400, 86401, "datapath.flow_idle_s: must be a number of seconds above 0"),
+])
+def test_the_engines_table_bounds_are_overridable_within_limits(key, good, bad, message):
+    from censor_sim.engine import Engine, unsupported
+
+    prof = load_profile("gfw-fet-2021", {"datapath": {key: good}})
+    assert unsupported(prof) is None
+    eng = Engine(prof, clock=lambda: 0.0, rng=random.Random(0))
+    assert {"max_flows": eng.flows.max_flows, "max_residuals": eng.max_residuals,
+            "flow_idle_s": eng.flows.idle_s}[key] == good
+    assert unsupported(load_profile("gfw-fet-2021", {"datapath": {key: bad}})).startswith(
+        message)
