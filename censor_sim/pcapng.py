@@ -88,10 +88,14 @@ def records(f: BinaryIO) -> Iterator[tuple[float, int, bytes, int]]:
         if body[-4:] != head[4:8]:
             raise PcapngError(f"offset {pos}: block's trailing length differs from its "
                               "leading one (a corrupt file)")
-        if btype == EPB:
+        if btype == EPB or btype == OPB:
             if length < 32:
-                raise PcapngError(f"offset {pos}: enhanced packet block too short")
-            if_id, hi, lo, caplen, orig = epb_s.unpack_from(body, 0)
+                raise PcapngError(f"offset {pos}: packet block too short")
+            if btype == EPB:
+                if_id, hi, lo, caplen, orig = epb_s.unpack_from(body, 0)
+            else:  # the obsolete block: a 16-bit interface and a drops count
+                if_id, _drops, hi, lo, caplen, orig = struct.unpack_from(endian + "HHIIII",
+                                                                         body, 0)
             if if_id >= len(interfaces):
                 _interface(interfaces, if_id, pos)  # raises, naming the interface
             iface = interfaces[if_id]
@@ -106,15 +110,6 @@ def records(f: BinaryIO) -> Iterator[tuple[float, int, bytes, int]]:
             iface = _interface(interfaces, 0, pos)
             caplen = min(orig, iface.snaplen or orig, length - 16)
             yield last_ts, iface.linktype, body[4:4 + caplen], orig
-        elif btype == OPB:
-            if length < 32:
-                raise PcapngError(f"offset {pos}: packet block too short")
-            if_id, _drops, hi, lo, caplen, orig = struct.unpack_from(endian + "HHIIII", body, 0)
-            iface = _interface(interfaces, if_id, pos)
-            if 24 + caplen > length - 8:
-                raise PcapngError(f"offset {pos}: captured length {caplen} overruns its block")
-            last_ts = ((hi << 32) | lo) * iface.unit + iface.offset
-            yield last_ts, iface.linktype, body[20:20 + caplen], orig
         elif btype == IDB:
             if length < 20:
                 raise PcapngError(f"offset {pos}: interface description block too short")
