@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from . import pcapng
 from .detectors.ml.flowlog import DOWN, UP, FlowLog
@@ -42,42 +44,50 @@ class PcapError(ValueError):
 _LINKTYPES = (_ETHERNET, _RAW, _RAW_OLD, _SLL, _SLL2, _IPV4, _IPV6)
 
 
-def read_packets(path: Path) -> Iterator[tuple[float, bytes, int]]:
+def read_packets(path: Path | str) -> Iterator[tuple[float, bytes, int]]:
     """(timestamp, IP packet as captured, original length) for each record of a
-    classic pcap or a pcapng file (:mod:`censor_sim.pcapng`)."""
-    name = Path(path).name
+    classic pcap or a pcapng file (:mod:`censor_sim.pcapng`); ``-`` reads
+    standard input (``tcpdump -w - | ...``), packet by packet as they come."""
+    if str(path) == "-":
+        yield from _read_stream(sys.stdin.buffer, "standard input")
+        return
     with open(path, "rb") as f:
-        head = f.read(24)
-        if head[:4] == pcapng.SHB_MAGIC:
-            f.seek(0)
-            try:
-                for ts, linktype, data, orig in pcapng.records(f):
-                    if linktype & 0x0FFFFFFF not in _LINKTYPES:
-                        raise PcapError(f"{name}: unsupported link type {linktype}")
-                    ip = _strip_link(data, linktype)
-                    if ip is not None:
-                        yield ts, ip, orig - (len(data) - len(ip))
-            except pcapng.PcapngError as exc:
-                raise PcapError(f"{name}: pcapng: {exc}") from None
+        yield from _read_stream(f, Path(path).name)
+
+
+def _read_stream(f: BinaryIO, name: str) -> Iterator[tuple[float, bytes, int]]:
+    # Read front to back, never seeking, so that a pipe reads as a file does.
+    magic = f.read(4)
+    if magic == pcapng.SHB_MAGIC:
+        try:
+            for ts, linktype, data, orig in pcapng.records(f, consumed=magic):
+                if linktype & 0x0FFFFFFF not in _LINKTYPES:
+                    raise PcapError(f"{name}: unsupported link type {linktype}")
+                ip = _strip_link(data, linktype)
+                if ip is not None:
+                    yield ts, ip, orig - (len(data) - len(ip))
+        except pcapng.PcapngError as exc:
+            raise PcapError(f"{name}: pcapng: {exc}") from None
+        return
+    head = magic + f.read(20)
+    if len(head) < 24 or magic not in _MAGIC:
+        raise PcapError(f"{name}: neither a pcap nor a pcapng file")
+    endian, unit = _MAGIC[magic]
+    linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
+    if linktype not in _LINKTYPES:
+        raise PcapError(f"{name}: unsupported link type {linktype}")
+    rec = struct.Struct(endian + "IIII")
+    while True:
+        h = f.read(16)
+        if len(h) < 16:
             return
-        if len(head) < 24 or head[:4] not in _MAGIC:
-            raise PcapError(f"{name}: neither a pcap nor a pcapng file")
-        endian, unit = _MAGIC[head[:4]]
-        linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
-        if linktype not in _LINKTYPES:
-            raise PcapError(f"{name}: unsupported link type {linktype}")
-        rec = struct.Struct(endian + "IIII")
-        while True:
-            h = f.read(16)
-            if len(h) < 16:
-                return
-            sec, frac, incl, orig = rec.unpack(h)
-            data = f.read(incl)
-            if len(data) < incl:
-                return  # a capture cut off mid-record (the writer was killed)
-            ip = _strip_link(data, linktype)
-            if ip is not None:
-                yield sec + frac * unit, ip, orig - (len(data) - len(ip))
+        sec, frac, incl, orig = rec.unpack(h)
+        data = f.read(incl)
+        if len(data) < incl:
+            return  # a capture cut off mid-record (the writer was killed)
+        ip = _strip_link(data, linktype)
+        if ip is not None:
+            yield sec + frac * unit, ip, orig - (len(data) - len(ip))
 
 
 def _strip_link(data: bytes, linktype: int) -> bytes | None:

@@ -47,9 +47,10 @@ class _Interface:
         self.linktype, self.snaplen, self.unit, self.offset = linktype, snaplen, unit, offset
 
 
-def records(f: BinaryIO) -> Iterator[tuple[float, int, bytes, int]]:
+def records(f: BinaryIO, consumed: bytes = b"") -> Iterator[tuple[float, int, bytes, int]]:
     """(timestamp, link type, captured bytes, original length) for each packet of
-    the pcapng file ``f``, read from its start."""
+    the pcapng file ``f``, read from its start, of which the caller may already
+    have read ``consumed`` (at most 8 bytes: a pipe cannot be rewound)."""
     endian = "<"
     head_s, epb_s = struct.Struct("<II"), struct.Struct("<IIIII")
     interfaces: list[_Interface] = []
@@ -57,7 +58,10 @@ def records(f: BinaryIO) -> Iterator[tuple[float, int, bytes, int]]:
     pos = 0
     read = f.read
     while True:
-        head = read(8)
+        if consumed:
+            head, consumed = consumed + read(8 - len(consumed)), b""
+        else:
+            head = read(8)
         if len(head) < 8:
             return
         if head[:4] == SHB_MAGIC:

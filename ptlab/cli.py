@@ -223,8 +223,11 @@ def _censor_pcap(args: argparse.Namespace) -> int:
     gcpolicy.for_packet_loop()
     flows = flagged = midstream = 0
     try:
+        live = args.pcap == "-"  # a capture still being taken: each line as it comes
         for fv in replay(profile, Path(args.pcap), args.clients, args.seed):
             out.write(json.dumps(fv.to_json()) + "\n")
+            if live:
+                out.flush()
             flows += 1
             flagged += fv.verdict != "pass"
             midstream += fv.midstream and fv.verdict == "pass"
@@ -657,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     cen.add_argument("--inside", help="interface toward the censored users")
     cen.add_argument("--outside", help="interface toward the rest of the world")
     cen.add_argument("--pcap", help="a capture to judge offline: pcap (tcpdump -w) or "
-                     "pcapng (Wireshark, dumpcap)")
+                     "pcapng (Wireshark, dumpcap); - reads standard input")
     cen.add_argument("--out", help="--pcap: write the verdicts here (default stdout)")
     cen.add_argument("--clients", action="append", default=[], metavar="CIDR",
                      help="--pcap: the censored users' addresses (default: whoever opened "

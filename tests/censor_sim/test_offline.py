@@ -220,3 +220,21 @@ def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
     assert 0 < len(read_past_the_idle_flow) < len(later)
     with pytest.raises(RuntimeError, match="goes on"):
         list(verdicts)
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_the_cli_reads_a_capture_from_a_pipe(capture, tmp_path, fmt):
+    """`tcpdump -w - | ptlab censor --pcap -`: read front to back, never rewound."""
+    from scapy.utils import rdpcap, wrpcapng
+
+    data = capture.read_bytes()
+    if fmt == "pcapng":
+        wrpcapng(str(tmp_path / "c.pcapng"), rdpcap(str(capture)))
+        data = (tmp_path / "c.pcapng").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "ptlab", "censor", "--profile",
+                           "gfw-fet-2021", "--set", json.dumps(FET_P1), "--pcap", "-"],
+                          input=data, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for x in proc.stdout.decode().splitlines()]
+    assert [x["verdict"] for x in lines] == ["residual", "pass", "dropped-by-residual",
+                                             "residual", "pass"]
