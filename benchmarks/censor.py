@@ -396,15 +396,37 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1 or args.seconds <= 0:
         ap.error("--runs must be at least 1 and --seconds above 0")
+    figures: dict[str, dict[str, float]] = {}
     if args.only in (None, "offline"):
-        offline_parts()
-    if args.only == "offline":
-        return 0
-    live_parts(args)
+        offline_parts(figures)
+    if args.only != "offline":
+        live_parts(args, figures)
+    print_goals(figures)
     return 0
 
 
-def offline_parts() -> None:
+# Issue 23's four speed goals: (what, goal, True if higher is better).
+GOALS = {
+    "live censor, CPU per queued packet (µs)": (15.0, False),
+    "new TCP flows/s, censor on ÷ off (FET p=0)": (0.9, True),
+    "pcap mode, packets/s (one core)": (100_000.0, True),
+    "forwarding, censor on ÷ off": (0.95, True),
+}
+
+
+def print_goals(figures: dict[str, dict[str, float]]) -> None:
+    """Issue 23's goals beside this run's figures, each row met or not."""
+    if not figures:
+        return
+    print("\nissue 23's goals, this run:")
+    for goal, (target, higher) in GOALS.items():
+        for label, value in figures.get(goal, {}).items():
+            met = value >= target if higher else value <= target
+            print(f"  {goal:44s} {label:28s} {value:12.3f}   goal "
+                  f"{'≥' if higher else '≤'} {target:g}   {'met' if met else 'NOT met'}")
+
+
+def offline_parts(figures: dict[str, dict[str, float]] | None = None) -> None:
     """Parts 2–4: the classifiers, issue 22's detectors and pcap mode, one core,
     under the collector policy the censor and ``ptlab censor --pcap`` run with
     (ptcommon/gcpolicy.py)."""
@@ -417,6 +439,8 @@ def offline_parts() -> None:
     print("pcap mode (ptlab censor --pcap, one core, packets/s; goal 100,000):")
     for k, v in pcap_rate().items():
         print(f"  {k:28s} {v:10.0f}")
+        if figures is not None:
+            figures.setdefault("pcap mode, packets/s (one core)", {})[k] = v
     print("issue 22's detectors (openvpn, wireguard, dns_tunnel, tls_in_tls) on flows "
           "they do not match (engine offline, µs per packet, median of 5):")
     print("  flows    gfw-fet-2021   + the four detectors    ratio")
@@ -424,7 +448,8 @@ def offline_parts() -> None:
         print(f"  {name:6s}   {off:12.2f}   {on:21.2f}   {on / off:5.3f}")
 
 
-def live_parts(args: argparse.Namespace) -> None:
+def live_parts(args: argparse.Namespace,
+               figures: dict[str, dict[str, float]] | None = None) -> None:
     """Parts 1 and 5: forwarding and new flows through the censor router."""
     with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -433,14 +458,15 @@ def live_parts(args: argparse.Namespace) -> None:
         time.sleep(0.5)
         try:
             if args.only in (None, "forwarding"):
-                forwarding(lab, tmp, args)
+                forwarding(lab, tmp, args, figures)
             if args.only in (None, "flows"):
-                new_flows(lab, tmp, args)
+                new_flows(lab, tmp, args, figures)
         finally:
             iperf_srv.stop()
 
 
-def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
+def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
+               figures: dict[str, dict[str, float]] | None = None) -> None:
     """Part 1: iperf3 through the router, censor off and on, interleaved."""
     print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
           f"interleaved, median of {args.runs}):")
@@ -461,9 +487,18 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace) -> None:
         off, on = statistics.median(offs), statistics.median(ons)
         print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
               f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
+        if figures is not None:
+            figures.setdefault("forwarding, censor on ÷ off", {})[label] = on / off
 
 
-def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+# The rows of new_flows whose figures issue 23's goals are about, as the summary names them.
+GOAL_ROWS = {"gfw-fet-2021 (p=0, all inspected)": "gfw-fet-2021 in-path",
+             "gfw-fet-2021 on-path (NFLOG tap)": "gfw-fet-2021 on-path (tap)"}
+
+
+def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
+              figures: dict[str, dict[str, float]] | None = None
+              ) -> dict[str, dict[str, float]]:
     """Part 5: short flows through the router, each row against censor off.
 
     This machine's rate drifts by 10–20 % within a minute, so every row is
@@ -508,12 +543,19 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace) -> dict[str, dict[s
                 port += 2
             ratio = statistics.median(pair)
             ratios[proto][label] = ratio
+            if figures is not None and proto == "tcp" and label in GOAL_ROWS:
+                figures.setdefault("new TCP flows/s, censor on ÷ off (FET p=0)",
+                                   {})[GOAL_ROWS[label]] = ratio
             print(f"  {label:40s} {statistics.median(ons):6.0f} flows/s (off "
                   f"{statistics.median(offs):.0f})   on/off = {ratio:.3f}   "
                   f"pairs {[round(r, 3) for r in pair]}")
             seen = fin.get("queued")
             if "engine" in fin:
                 costs.append(fin.get("per_packet_us") or 0.0)
+                cpu = fin.get("cpu_per_packet_us")
+                if figures is not None and proto == "tcp" and label in GOAL_ROWS and cpu:
+                    figures.setdefault("live censor, CPU per queued packet (µs)",
+                                       {})[GOAL_ROWS[label]] = cpu
                 print(f"  {'':40s} last run: {fin.get('mechanism')}, {seen} packets seen; per "
                       f"packet CPU {fin.get('cpu_per_packet_us')} µs (user "
                       f"{fin.get('user_per_packet_us')}); callback "
