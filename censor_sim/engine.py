@@ -113,8 +113,12 @@ class Engine:
         dp = p.datapath
         self.flows = FlowTable(self.clock, idle_s=float(dp.get("flow_idle_s", 120)),
                                max_flows=int(dp.get("max_flows", 65536)),
-                               record_stats=any(getattr(i, "uses_flow_stats", False)
-                                                for i in self.inspectors))
+                               record_stats=False)
+        # Per-packet sizes and times cost every packet they are kept for, and only
+        # some inspectors read them: a flow gets them (on its first packet) only if
+        # an inspector scoped to it does (tls_in_tls reads TCP, so UDP flows never do).
+        self._reads_stats = any(getattr(i, "uses_flow_stats", False)
+                                for i in self.inspectors)
         self.residual: dict[ResidualKey, Residual] = {}
         self.max_residuals = int(dp.get("max_residuals", 65536))
         self.midstream = bool(dp.get("midstream", False))
@@ -126,13 +130,6 @@ class Engine:
         self._scope_cache: dict[tuple[str, int, int], tuple[Inspector, ...]] = {}
         self._scope_by_server = all(type(i).in_scope is Inspector.in_scope
                                     for i in self.inspectors)
-        if self.flows.record_stats:
-            # Stats only on the flows a reader of them is scoped to (benchmarks/censor.py:
-            # tls_in_tls's record on every UDP flow more than doubled their cost).
-            self.flows.wants_stats = self._wants_stats
-
-    def _wants_stats(self, flow: Flow) -> bool:
-        return any(i.uses_flow_stats for i in self._scoped(flow))
 
     # -- per packet -------------------------------------------------------------------
 
@@ -160,6 +157,8 @@ class Engine:
                 # expired): nothing trustworthy to judge its first payload by.
                 # A censor that needs no handshake (Henan's) sets datapath.midstream.
                 flow.decided = "accept"
+            if self._reads_stats and any(i.uses_flow_stats for i in self._scoped(flow)):
+                flow.stats = flows.new_stats()
         # A new flow's time is the clock lookup() read; record() reads it for the rest.
         flows.record(flow, pkt, c2s, flow.first_seen if flow.packets == 0 else None)
         if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:

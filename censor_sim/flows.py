@@ -67,7 +67,7 @@ class Flow(KeyedFlow):
         self.first_seen = first_seen
         self.last_seen = last_seen
         # Per-packet sizes, directions and times, when an inspector scoped to this
-        # flow reads them (FlowTable.record_stats, wants_stats); None otherwise.
+        # flow reads them (FlowTable.record_stats, new_stats); None otherwise.
         self.stats = stats
         # Client→server / server→client payloads in arrival order, kept while their
         # total is under the table's cap; parsers that need more than one segment
@@ -138,19 +138,16 @@ class FlowTable:
     def __init__(self, clock: Callable[[], float], idle_s: float = 120.0,
                  max_flows: int = 65536, buffer_cap: int = 65536,
                  stats_packets: int = 30, record_stats: bool = True,
-                 reuse_by_seq: bool = False,
-                 wants_stats: Callable[[Flow], bool] | None = None) -> None:
+                 reuse_by_seq: bool = False) -> None:
         self.clock = clock
         # Without SYNs (an on-path tap that leaves them in the kernel), a reused
         # 4-tuple's new connection shows itself by a sequence number far from where
         # the old connection's client stream had got to.
         self.reuse_by_seq = reuse_by_seq
-        # Per-packet sizes and times (flow.stats) cost every packet; only some
-        # detectors read them (Inspector.uses_flow_stats), so the engine asks, and
-        # names the flows they read them on (wants_stats; None: every flow): a
-        # TCP-only detector's needs are no cost on UDP flows.
+        # Per-packet sizes and times (flow.stats) on every new flow. The engine
+        # turns this off and gives them (new_stats) only to the flows an inspector
+        # that reads them is scoped to (Inspector.uses_flow_stats).
         self.record_stats = record_stats
-        self.wants_stats = wants_stats
         self.idle_s = idle_s
         self.max_flows = max_flows
         self.buffer_cap = buffer_cap
@@ -188,14 +185,16 @@ class FlowTable:
             del self._flows[key]
             flow = None
         if flow is None:
-            flow = Flow(key, now, now)
-            if self.record_stats and (self.wants_stats is None or self.wants_stats(flow)):
-                flow.stats = FlowStats(self.stats_packets)
+            flow = Flow(key, now, now, self.new_stats() if self.record_stats else None)
             self._flows[key] = flow
             self._expire(now)
         else:
             self._flows.move_to_end(key)
         return flow, from_client
+
+    def new_stats(self) -> FlowStats:
+        """An empty per-packet record, as long as this table keeps them."""
+        return FlowStats(self.stats_packets)
 
     def record(self, flow: Flow, pkt: Packet, c2s: bool, now: float | None = None) -> None:
         """Count ``pkt`` into its flow and keep its payload while the flow is

@@ -74,7 +74,6 @@ class FlowVerdict:
     would: list[str] = field(default_factory=list)
     start: float = field(default=0.0, repr=False)  # capture time of its first packet
     last: float = field(default=0.0, repr=False)  # and of its latest
-    key: FlowKey = field(default=("", "", 0, 0, 0), repr=False)
     # A TCP flow whose client SYN the capture does not hold (it began before the
     # capture, or the capture lost packets). A censor that needs the handshake takes
     # such a flow as established and does not judge it, so its "pass" says nothing
@@ -189,9 +188,12 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
         if n % _FLUSH_EVERY == 0 and out and ts - out[0].last > idle_s:
             while out and ts - out[0].last > idle_s:
                 done = out.popleft()
-                if flows.get(done.key) is done:
-                    del flows[done.key]
-                    sides.forget(done.key)
+                f = done.flow
+                key = (f["client"], f["server"], f["proto"], f["client_port"],
+                       f["server_port"])
+                if flows.get(key) is done:
+                    del flows[key]
+                    sides.forget(key)
                 yield done
         pkt = packet.parse(raw)
         if pkt is None or pkt.fragment or pkt.proto not in (packet.TCP, packet.UDP):
@@ -257,7 +259,7 @@ def _new_verdict(flows: dict[FlowKey, FlowVerdict], out: deque[FlowVerdict], key
                  pkt: packet.Packet, c2s: bool, ts: float, midstream_ok: bool) -> FlowVerdict:
     fv = flows[key] = FlowVerdict({"client": key[0], "server": key[1], "proto": key[2],
                                    "client_port": key[3], "server_port": key[4]},
-                                  start=ts, last=ts, key=key)
+                                  start=ts, last=ts)
     fv.midstream = pkt.proto == packet.TCP and not midstream_ok and not (c2s and pkt.pure_syn)
     out.append(fv)
     return fv

@@ -58,24 +58,35 @@ def read_packets(path: Path | str) -> Iterator[tuple[float, bytes, int]]:
 def _read_stream(f: BinaryIO, name: str) -> Iterator[tuple[float, bytes, int]]:
     # Read front to back, never seeking, so that a pipe reads as a file does.
     magic = f.read(4)
-    if magic == pcapng.SHB_MAGIC:
-        try:
-            for ts, linktype, data, orig in pcapng.records(f, consumed=magic):
-                if linktype & 0x0FFFFFFF not in _LINKTYPES:
-                    raise PcapError(f"{name}: unsupported link type {linktype}")
-                ip = _strip_link(data, linktype)
-                if ip is not None:
-                    yield ts, ip, orig - (len(data) - len(ip))
-        except pcapng.PcapngError as exc:
-            raise PcapError(f"{name}: pcapng: {exc}") from None
-        return
+    records = (_pcapng_records(f, magic, name) if magic == pcapng.SHB_MAGIC
+               else _classic_records(f, magic, name))
+    checked = -1  # the last link type found supported (pcapng's vary by interface)
+    for ts, linktype, data, orig in records:
+        if linktype != checked:
+            if linktype not in _LINKTYPES:
+                raise PcapError(f"{name}: unsupported link type {linktype}")
+            checked = linktype
+        ip = _strip_link(data, linktype)
+        if ip is not None:
+            yield ts, ip, orig - (len(data) - len(ip))
+
+
+def _pcapng_records(f: BinaryIO, magic: bytes,
+                    name: str) -> Iterator[tuple[float, int, bytes, int]]:
+    try:
+        yield from pcapng.records(f, consumed=magic)
+    except pcapng.PcapngError as exc:
+        raise PcapError(f"{name}: pcapng: {exc}") from None
+
+
+def _classic_records(f: BinaryIO, magic: bytes,
+                     name: str) -> Iterator[tuple[float, int, bytes, int]]:
+    """(timestamp, link type, captured bytes, original length) per classic record."""
     head = magic + f.read(20)
     if len(head) < 24 or magic not in _MAGIC:
         raise PcapError(f"{name}: neither a pcap nor a pcapng file")
     endian, unit = _MAGIC[magic]
     linktype = struct.unpack(endian + "I", head[20:24])[0] & 0x0FFFFFFF
-    if linktype not in _LINKTYPES:
-        raise PcapError(f"{name}: unsupported link type {linktype}")
     rec = struct.Struct(endian + "IIII")
     while True:
         h = f.read(16)
@@ -85,9 +96,7 @@ def _read_stream(f: BinaryIO, name: str) -> Iterator[tuple[float, bytes, int]]:
         data = f.read(incl)
         if len(data) < incl:
             return  # a capture cut off mid-record (the writer was killed)
-        ip = _strip_link(data, linktype)
-        if ip is not None:
-            yield sec + frac * unit, ip, orig - (len(data) - len(ip))
+        yield sec + frac * unit, linktype, data, orig
 
 
 def _strip_link(data: bytes, linktype: int) -> bytes | None:

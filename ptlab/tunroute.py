@@ -54,10 +54,7 @@ def device_ready(dev: str) -> bool:
         flags = int(Path(f"/sys/class/net/{dev}/flags").read_text(), 16)
     except (OSError, ValueError):
         return False
-    if not flags & 0x1:  # IFF_UP
-        return False
-    shown = _ip("-4", "-o", "addr", "show", "dev", dev, check=False)
-    return shown.returncode == 0 and " inet " in shown.stdout
+    return bool(flags & 0x1) and bool(device_addresses(dev))  # IFF_UP, and an address
 
 
 def wait_for_device(dev: str, timeout: float) -> bool:
