@@ -4,7 +4,8 @@ Run by ``benchmarks/censor.py`` in the censor's namespace, beside the real
 censor, so the two are measured side by side on the same machine. It installs
 the datapath that ``gfw-fet-2021`` gets (the client side's packets only, since
 its inspectors read nothing the server sends; segments with no payload left
-in the kernel), and for every queued packet does the least
+in the kernel, TCP SYNs too, with only connections born under the rules
+queued: ``watch_births``), and for every queued packet does the least
 a censor can: a TCP payload or a UDP datagram ends the flow's inspection (the
 accept mark, which conntrack then keeps, as the engine's verdict does), and
 everything is accepted. What is left is the kernel's price for handing a packet
@@ -12,9 +13,7 @@ to a process and back, plus the Python of one callback. A censor that does
 any work per packet cannot go below it.
 
 With ``tap`` it is the floor of an on-path censor instead: the same rules
-with the NFLOG target (and, as the censor's tap has them, TCP SYNs left in the
-kernel with only connections born under the rules copied: ``watch_births``), a
-reader that drains the copies (``censor_sim.nflog``) and looks at nothing,
+with the NFLOG target, a reader that drains the copies (``censor_sim.nflog``) and looks at nothing,
 while the kernel forwards the packets on its own.
 
 On SIGTERM it prints one JSON line: packets queued (or copies read), and its
@@ -75,7 +74,7 @@ def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") 
     datapath.install(None, datapath.QueueConfig(inside, outside, 12, skip_empty_tcp=True,
                                                 mechanism=mechanism, tap_batch=int(batch),
                                                 client_side_only=True,
-                                                watch_births=mechanism == "tap"))
+                                                watch_births=True))
     poller = select.epoll()
     for fd in sources:
         poller.register(fd, select.EPOLLIN)

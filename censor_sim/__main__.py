@@ -29,9 +29,10 @@ from typing import Any
 from ptcommon import gcpolicy
 from ptcommon.events import EventLog
 
-from . import datapath, eventjson, packet
+from . import datapath, eventjson
 from .engine import Effects, Engine, unsupported
 from .profile import Profile, ProfileError, load_profile
+from .queueplan import queue_config
 from .runners import QueueRunner, TapRunner
 
 COMPONENT = "censor"
@@ -151,31 +152,7 @@ async def run(config: dict, poll: float) -> None:
         if not config.get("inside") or not config.get("outside"):
             raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
                                "'inside' and 'outside' interfaces")
-        every = bool(dp.get("every_packet", False))
-        # Payload-only inspectors need a TCP flow's SYN and payloads, nothing else.
-        payload_only = engine.packet_censor is None and not any(
-            (i.sees_empty or i.uses_flow_stats) and packet.TCP in i.protocols
-            for i in engine.inspectors)
-        # Inspectors that read only what clients send need nothing from servers.
-        client_side = engine.packet_censor is None and not any(
-            i.reads_server for i in engine.inspectors)
-        queue = datapath.QueueConfig(config["inside"], config["outside"],
-                                     None if every else int(dp.get("inspect_packets", 12)),
-                                     skip_empty_tcp=payload_only and not every
-                                     and dp.get("skip_empty_tcp", True),
-                                     mechanism="tap" if on_path else "queue",
-                                     tap_batch=int(dp.get("tap_batch", 1)),
-                                     # The kernel counts in hundredths; round up.
-                                     tap_wait_cs=-(-int(dp.get("tap_wait_ms", 0)) // 10),
-                                     client_side_only=client_side and not every,
-                                     # Only the protocols some inspector reads.
-                                     protocols=None if engine.packet_censor is not None
-                                     or every else tuple(sorted(
-                                         {p for i in engine.inspectors for p in i.protocols})))
-        # On the tap, a censor of clients' payloads alone needs no SYN either: the
-        # kernel marks the connections it saw born and copies only theirs.
-        queue.watch_births = (on_path and queue.skip_empty_tcp and queue.client_side_only
-                              and bool(dp.get("watch_births", True)))
+        queue = queue_config(engine, dp, on_path, config["inside"], config["outside"])
         if queue.watch_births:
             engine.watch_births()
     throttle = None

@@ -126,6 +126,9 @@ class Engine:
         # leaves the SYN itself in the kernel (datapath.QueueConfig.watch_births):
         # a flow's first TCP packet here is then its first payload, not mid-stream.
         self.births_watched = False
+        # A residual block that a new connection attempt restarts needs the attempt's
+        # SYN, so the datapath must hand SYNs over (censor_sim.queueplan).
+        self.needs_syns = bool(self.actions.get("residual", {}).get("refresh_on_new_flow"))
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
         self._scope_cache: dict[tuple[str, int, int], tuple[Inspector, ...]] = {}
         self._scope_by_server = all(type(i).in_scope is Inspector.in_scope

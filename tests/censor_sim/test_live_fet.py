@@ -76,3 +76,21 @@ def test_a_seeded_censor_blocks_a_reproducible_subset(censor_lab, run_censor, ec
     first = run()
     assert "timeout" in first and "ok" in first
     assert run() == first
+
+
+def test_in_path_a_tcp_flow_waits_in_the_queue_once(censor_lab, run_censor, echo, tcp):
+    """FET judges the client's first payload alone, so its SYN stays in the kernel
+    (watch_births, censor_sim.queueplan): each connection queues one packet, and
+    every one is still judged from its first payload."""
+    srv, port, flows = censor_lab.addr("bridge"), 7104, 6
+    echo([port])
+    censor = run_censor("gfw-fet-2021", {"policy": {"rules": [
+        {"detector": "fet", "action": "residual", "probability": 0.0}]}})
+    for _ in range(flows):
+        assert tcp(srv, port, [NOISE]) == "ok"
+    final = censor.stop()
+    assert final["mechanism"] == "nfqueue"
+    detections = [d for d in censor.events("detection") if d["flow"]["server_port"] == port]
+    assert len(detections) == flows
+    assert all(d["evidence"]["rule"] == "not-exempt" for d in detections)
+    assert final["queued"] == flows
