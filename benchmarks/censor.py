@@ -45,6 +45,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,16 @@ def start_floor(lab: Lab, tmp: Path, mechanism: str = "queue", batch: int = 1) -
                    "floor", tmp / f"floor-{mechanism}.log").start()
     p.wait_log(READY_PATTERN, timeout=20)
     return p
+
+
+@contextmanager
+def censor_running(lab: Lab, tmp: Path, profile: str, overrides: dict) -> Iterator[None]:
+    """The censor, started and ready for the block's duration, then stopped."""
+    p = start_censor(lab, tmp, profile, overrides)
+    try:
+        yield
+    finally:
+        final_counters(p)
 
 
 def final_counters(p: LabProcess) -> dict:
@@ -397,11 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.seconds <= 0:
         ap.error("--runs must be at least 1 and --seconds above 0")
     figures: dict[str, dict[str, float]] = {}
+    floors: dict[str, dict[str, float]] = {}
     if args.only in (None, "offline"):
         offline_parts(figures)
     if args.only != "offline":
-        live_parts(args, figures)
-    print_goals(figures)
+        live_parts(args, figures, floors)
+    print_goals(figures, floors)
     return 0
 
 
@@ -414,16 +427,28 @@ GOALS = {
 }
 
 
-def print_goals(figures: dict[str, dict[str, float]]) -> None:
-    """Issue 23's goals beside this run's figures, each row met or not."""
+def print_goals(figures: dict[str, dict[str, float]],
+                floors: dict[str, dict[str, float]] | None = None) -> None:
+    """Issue 23's goals beside this run's figures, each row met or not, and where
+    the run measured one, the floor under the row: the same mechanism with no
+    censor's work at all. A goal its floor misses too is out of reach for any
+    censor built on that mechanism on this machine."""
     if not figures:
         return
     print("\nissue 23's goals, this run:")
+    def meets(x: float, target: float, higher: bool) -> bool:
+        return x >= target if higher else x <= target
+
     for goal, (target, higher) in GOALS.items():
         for label, value in figures.get(goal, {}).items():
-            met = value >= target if higher else value <= target
-            print(f"  {goal:44s} {label:28s} {value:12.3f}   goal "
-                  f"{'≥' if higher else '≤'} {target:g}   {'met' if met else 'NOT met'}")
+            met = "met" if meets(value, target, higher) else "NOT met"
+            line = (f"  {goal:44s} {label:28s} {value:12.3f}   goal "
+                    f"{'≥' if higher else '≤'} {target:g}   {met}")
+            floor = (floors or {}).get(goal, {}).get(label)
+            if floor is not None:
+                too = "" if meets(floor, target, higher) else ", which misses it too"
+                line += f"   (floor {floor:.3f}{too})"
+            print(line)
 
 
 def offline_parts(figures: dict[str, dict[str, float]] | None = None) -> None:
@@ -449,7 +474,8 @@ def offline_parts(figures: dict[str, dict[str, float]] | None = None) -> None:
 
 
 def live_parts(args: argparse.Namespace,
-               figures: dict[str, dict[str, float]] | None = None) -> None:
+               figures: dict[str, dict[str, float]] | None = None,
+               floors: dict[str, dict[str, float]] | None = None) -> None:
     """Parts 1 and 5: forwarding and new flows through the censor router."""
     with Lab(default_topology(proxies=0)) as lab, tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -458,46 +484,87 @@ def live_parts(args: argparse.Namespace,
         time.sleep(0.5)
         try:
             if args.only in (None, "forwarding"):
-                forwarding(lab, tmp, args, figures)
+                forwarding(lab, tmp, args, figures, floors)
             if args.only in (None, "flows"):
-                new_flows(lab, tmp, args, figures)
+                new_flows(lab, tmp, args, figures, floors)
         finally:
             iperf_srv.stop()
 
 
+class ConntrackFloor:
+    """Connection tracking and nothing else in the censor's namespace: the floor
+    under any censor that keeps flow state (FET's needs it, for connbytes and
+    the flow marks), in-path or on the tap. A table of the lab's own, removed on
+    exit whatever happens."""
+
+    TABLE = "ptlctfloor"
+
+    def __init__(self, lab: Lab) -> None:
+        self.ns = lab.ns("censor")
+
+    def _nft(self, script: str) -> None:
+        subprocess.run(["ip", "netns", "exec", self.ns, "nft", "-f", "-"], input=script,
+                       text=True, check=True, capture_output=True, timeout=10)
+
+    def __enter__(self) -> ConntrackFloor:
+        self._nft(f"table inet {self.TABLE} {{\n  chain track {{\n    type filter hook forward "
+                  "priority -200; policy accept;\n    ct state new counter\n  }\n}\n")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._nft(f"delete table inet {self.TABLE}\n")
+
+
+# Each goal row's floor: the row measured with the same mechanism and no engine.
+FORWARDING_FLOORS = {"gfw-fet-2021": "conntrack alone (floor)",
+                     "gfw-fet-2021 on-path (tap)": "conntrack alone (floor)"}
+
+
 def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
-               figures: dict[str, dict[str, float]] | None = None) -> None:
-    """Part 1: iperf3 through the router, censor off and on, interleaved."""
+               figures: dict[str, dict[str, float]] | None = None,
+               floors: dict[str, dict[str, float]] | None = None) -> None:
+    """Part 1: iperf3 through the router, censor off and on, interleaved; and the
+    floor under the stateful censors, conntrack with no censor at all."""
     print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
           f"interleaved, median of {args.runs}):")
-    cases = {
-        "ip-blocklist": ("ip-blocklist", {"detectors": {"ip_blocklist": {
-            "addresses": ["198.19.255.1"]}}}),
-        "gfw-fet-2021": ("gfw-fet-2021", {}),
-        "gfw-fet-2021 on-path (tap)": ("gfw-fet-2021", {"datapath": {
-            "mode": "on-path", "tap_batch": TAP_BATCH, "tap_wait_ms": TAP_WAIT_MS}}),
+    cases: dict[str, Any] = {
+        "ip-blocklist": lambda: censor_running(lab, tmp, "ip-blocklist", {"detectors": {
+            "ip_blocklist": {"addresses": ["198.19.255.1"]}}}),
+        "conntrack alone (floor)": lambda: ConntrackFloor(lab),
+        "gfw-fet-2021": lambda: censor_running(lab, tmp, "gfw-fet-2021", {}),
+        "gfw-fet-2021 on-path (tap)": lambda: censor_running(lab, tmp, "gfw-fet-2021", {
+            "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
+                         "tap_wait_ms": TAP_WAIT_MS}}),
     }
-    for label, (prof, over) in cases.items():
+    ratios: dict[str, float] = {}
+    for label, running in cases.items():
         offs, ons = [], []
         for _ in range(args.runs):
             offs.append(iperf(lab, args.seconds))
-            c = start_censor(lab, tmp, prof, over)
-            ons.append(iperf(lab, args.seconds))
-            final_counters(c)
+            with running():
+                ons.append(iperf(lab, args.seconds))
         off, on = statistics.median(offs), statistics.median(ons)
+        ratios[label] = on / off
         print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
               f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
-        if figures is not None:
+        if figures is not None and label not in FORWARDING_FLOORS.values():
             figures.setdefault("forwarding, censor on ÷ off", {})[label] = on / off
+    if floors is not None:
+        for label, floor in FORWARDING_FLOORS.items():
+            floors.setdefault("forwarding, censor on ÷ off", {})[label] = ratios[floor]
 
 
 # The rows of new_flows whose figures issue 23's goals are about, as the summary names them.
 GOAL_ROWS = {"gfw-fet-2021 (p=0, all inspected)": "gfw-fet-2021 in-path",
              "gfw-fet-2021 on-path (NFLOG tap)": "gfw-fet-2021 on-path (tap)"}
+# ... and the floor under each: the same mechanism with no engine.
+FLOW_FLOORS = {"NFQUEUE floor (no engine)": "gfw-fet-2021 in-path",
+               f"NFLOG floor (no engine, batch {TAP_BATCH})": "gfw-fet-2021 on-path (tap)"}
 
 
 def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
-              figures: dict[str, dict[str, float]] | None = None
+              figures: dict[str, dict[str, float]] | None = None,
+              floors: dict[str, dict[str, float]] | None = None
               ) -> dict[str, dict[str, float]]:
     """Part 5: short flows through the router, each row against censor off.
 
@@ -511,7 +578,7 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
     rows: list[tuple[str, Any]] = [
         ("NFQUEUE floor (no engine)", lambda: start_floor(lab, tmp, "queue")),
         (f"NFLOG floor (no engine, batch {TAP_BATCH})",
-         lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),
+         lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),  # FLOW_FLOORS names both
         ("gfw-fet-2021 (p=0, all inspected)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
                                                                    fet_p0)),
         ("+ issue 22's detectors", lambda: start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)),
@@ -550,6 +617,12 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
                   f"{statistics.median(offs):.0f})   on/off = {ratio:.3f}   "
                   f"pairs {[round(r, 3) for r in pair]}")
             seen = fin.get("queued")
+            if floors is not None and proto == "tcp" and label in FLOW_FLOORS:
+                floors.setdefault("new TCP flows/s, censor on ÷ off (FET p=0)",
+                                  {})[FLOW_FLOORS[label]] = ratio
+                if fin.get("cpu_per_packet_us"):
+                    floors.setdefault("live censor, CPU per queued packet (µs)",
+                                      {})[FLOW_FLOORS[label]] = fin["cpu_per_packet_us"]
             if "engine" in fin:
                 costs.append(fin.get("per_packet_us") or 0.0)
                 cpu = fin.get("cpu_per_packet_us")

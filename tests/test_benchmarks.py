@@ -160,6 +160,35 @@ def test_censor_flows_measures_every_row_against_censor_off(capsys):
     assert sum("new TCP flows/s" in g for g in goals) == 2
     assert sum("CPU per queued packet" in g for g in goals) == 2
     assert not any("pcap mode" in g or "forwarding" in g for g in goals)
+    # Each beside its mechanism's floor from the same run.
+    assert sum("(floor " in g for g in goals) == 4
+
+
+@pytest.mark.lab
+def test_the_conntrack_floor_is_the_labs_own_table_and_goes_on_error():
+    """Forwarding's floor under the stateful censors: conntrack alone, in a ptl table
+    in the censor's namespace, removed when the block ends, by an error too."""
+    import subprocess
+
+    from netns.lab import Lab
+    from netns.topology import default_topology
+
+    bench = load("censor")
+
+    def tables(lab) -> str:
+        return subprocess.run(["ip", "netns", "exec", lab.ns("censor"), "nft", "list",
+                               "tables"], capture_output=True, text=True, check=True).stdout
+
+    with Lab(default_topology(proxies=0)) as lab:
+        with bench.ConntrackFloor(lab):
+            listed = subprocess.run(["ip", "netns", "exec", lab.ns("censor"), "nft", "list",
+                                     "table", "inet", "ptlctfloor"], capture_output=True,
+                                    text=True, check=True).stdout
+            assert "ct state new counter" in listed and "hook forward" in listed
+        assert "ptlctfloor" not in tables(lab)
+        with pytest.raises(RuntimeError), bench.ConntrackFloor(lab):
+            raise RuntimeError("iperf3 failed")
+        assert "ptlctfloor" not in tables(lab)
 
 
 def test_censor_goals_are_printed_beside_their_targets(capsys):
@@ -173,6 +202,14 @@ def test_censor_goals_are_printed_beside_their_targets(capsys):
     assert "goal ≤ 15" in out[2] and "goal ≥ 100000" in out[4]
     bench.print_goals({})
     assert capsys.readouterr().out == ""
+    # Beside a row, its floor (the mechanism with no engine), and whether that misses too.
+    flows = "new TCP flows/s, censor on ÷ off (FET p=0)"
+    bench.print_goals({flows: {"in-path": 0.7, "tap": 0.85, "other": 0.95}},
+                      {flows: {"in-path": 0.899, "tap": 0.9}})
+    out = capsys.readouterr().out.splitlines()[2:]
+    assert out[0].endswith("NOT met   (floor 0.899, which misses it too)")
+    assert out[1].endswith("NOT met   (floor 0.900)")  # at the bound: the floor meets it
+    assert out[2].endswith("   met")
 
 
 def test_snowflake_clients_reads_the_kernels_udp_and_tcp_counters():
