@@ -13,8 +13,9 @@ to a process and back, plus the Python of one callback. A censor that does
 any work per packet cannot go below it.
 
 With ``tap`` it is the floor of an on-path censor instead: the same rules
-with the NFLOG target, a reader that drains the copies (``censor_sim.nflog``) and looks at nothing,
-while the kernel forwards the packets on its own.
+with the NFLOG target, and a reader that drains the copies
+(``censor_sim.nflog``) and looks at nothing, while the kernel forwards the
+packets on its own.
 
 On SIGTERM it prints one JSON line: packets queued (or copies read), and its
 CPU split into user and kernel time.

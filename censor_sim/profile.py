@@ -77,11 +77,11 @@ def profile_path(name: str) -> Path:
 
 
 # In-path (NFQUEUE: the packet waits for the verdict) or on-path (NFLOG copies:
-# the tap, batched by `tap_batch` copies or `tap_wait_ms`; a tap whose inspectors
-# read only clients' payloads leaves TCP SYNs in the kernel unless `watch_births`
-# is false: docs/lab/censor.md §1). The engine's tables are bounded: flows idle
-# past `flow_idle_s` are forgotten, and at most `max_flows` flows and
-# `max_residuals` blocked triples are kept.
+# the tap, batched by `tap_batch` copies or `tap_wait_ms`). Either way, a censor
+# whose inspectors read only clients' payloads leaves TCP SYNs in the kernel unless
+# `watch_births` is false (censor_sim/queueplan.py, docs/lab/censor.md §1). The
+# engine's tables are bounded: flows idle past `flow_idle_s` are forgotten, and at
+# most `max_flows` flows and `max_residuals` blocked triples are kept.
 DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0,
                                      "watch_births": True, "flow_idle_s": 120,
                                      "max_flows": 65536, "max_residuals": 65536}
