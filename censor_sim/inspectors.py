@@ -374,7 +374,8 @@ class OpenVpnInspector(Inspector):
     Each OpenVPN packet (a UDP datagram; a framed record over TCP) in either
     direction adds its opcode byte and size; the flow is judged at ``n`` packets
     (100 in the paper's deployment), or earlier when the opcode fingerprint can no
-    longer hold and the ACK fingerprint is off. ``ack = false`` turns the ACK
+    longer hold and the ACK fingerprint is off or can no longer hold either
+    (``openvpn.ack_fingerprint_failed``). ``ack = false`` turns the ACK
     fingerprint off; ``literal = true`` reads Algorithm 1 as printed.
     """
 
@@ -395,46 +396,74 @@ class OpenVpnInspector(Inspector):
         self.packets_needed = self.n
 
     def inspect(self, flow, pkt, c2s):
-        if not pkt.payload:
+        data = pkt.payload
+        if not data:
             return None if flow.packets < self.max_packets else DONE
         st = flow.state.get("openvpn")
         if st is None:
-            data = pkt.payload
             if flow.proto == TCP and (len(data) < 2 or not
                                       1 <= ((data[0] << 8) | data[1]) <= self.max_len):
                 return DONE  # TLS, HTTP, SSH...: no OpenVPN framing (docs/censors/vpn.md §2.3)
-            st = flow.state["openvpn"] = {
-                "filter": openvpn.OpcodeFilter(self.n, self.literal), "sizes": [],
-                "framers": ((openvpn.TcpFramer(self.max_len), openvpn.TcpFramer(self.max_len))
-                            if flow.proto == TCP else None)}
-        if st["framers"] is None:
-            packets = [(pkt.payload[0], len(pkt.payload))]
+            st = flow.state["openvpn"] = _OpenVpnFlow(
+                openvpn.OpcodeFilter(self.n, self.literal),
+                (openvpn.TcpFramer(self.max_len), openvpn.TcpFramer(self.max_len))
+                if flow.proto == TCP else None)
+        if st.framers is None:  # a UDP datagram is one packet: no list to build
+            res = self._add(st, data[0], len(data))
+            if res is not None:
+                return res
         else:
-            framer = st["framers"][0 if c2s else 1]
-            packets = framer.feed(pkt.seq, pkt.payload)
+            framer = st.framers[0 if c2s else 1]
+            records = framer.feed(pkt.seq, data)
             if framer.broken:
                 return DONE
-        for byte, size in packets:
-            op = st["filter"].add(byte)
-            if len(st["sizes"]) < self.n:
-                st["sizes"].append(size)
-            if op:
-                return self._match(st, "opcode")
-            if len(st["sizes"]) >= self.n:
-                if self.ack and openvpn.ack_fingerprint(st["sizes"], self.n, self.ack_index):
-                    return self._match(st, "ack")
-                return DONE
-            if op is False and not self.ack:
-                return DONE
+            for byte, size in records:
+                res = self._add(st, byte, size)
+                if res is not None:
+                    return res
         return None if flow.packets < self.max_packets else DONE
 
-    def _match(self, st: dict[str, Any], by: str) -> Match:
-        f = st["filter"]
+    def _add(self, st: _OpenVpnFlow, byte: int, size: int) -> Match | str | None:
+        """One OpenVPN packet's opcode byte and size: a match, DONE, or None (go on)."""
+        op = st.filter.add(byte)
+        sizes = st.sizes
+        if len(sizes) < self.n:
+            sizes.append(size)
+        if op:
+            return self._match(st, "opcode")
+        if len(sizes) >= self.n:
+            if self.ack and openvpn.ack_fingerprint(sizes, self.n, self.ack_index):
+                return self._match(st, "ack")
+            return DONE
+        # The opcode fingerprint has failed: go on only while the ACK one can hold.
+        # It is tested as each 10-packet bin fills (a bin over its bound then is
+        # caught a few packets late, never missed).
+        if op is False and (not self.ack or (
+                len(sizes) % openvpn.BIN == 0
+                and openvpn.ack_fingerprint_failed(sizes, self.n, self.ack_index))):
+            return DONE
+        return None
+
+    def _match(self, st: _OpenVpnFlow, by: str) -> Match:
+        f = st.filter
         return Match(self.name, {
             "by": by, "packets": len(f.seen),
             "opcode_bytes": sorted(f"{b:02x}" for b in f.distinct),
             "first_opcodes": [openvpn.opcode(b) for b in f.seen[:2]],
-            "ack_bins": openvpn.ack_bins(st["sizes"], self.n, self.ack_index)[:6]})
+            "ack_bins": openvpn.ack_bins(st.sizes, self.n, self.ack_index)[:6]})
+
+
+class _OpenVpnFlow:
+    """One flow's OpenVPN state: a class with slots, not a dict, because the inspector
+    makes one for every UDP flow it sees (issue 22's cost per packet)."""
+
+    __slots__ = ("filter", "sizes", "framers")
+
+    def __init__(self, filter_: openvpn.OpcodeFilter,
+                 framers: tuple[openvpn.TcpFramer, openvpn.TcpFramer] | None) -> None:
+        self.filter = filter_
+        self.sizes: list[int] = []
+        self.framers = framers
 
 
 class WireGuardInspector(Inspector):

@@ -67,7 +67,7 @@ def opcode(byte: int) -> int:
     return byte >> OPCODE_SHIFT
 
 
-@dataclass
+@dataclass(slots=True)
 class OpcodeFilter:
     """Algorithm 1, fed one opcode byte per packet; ``decision`` is None until known.
 
@@ -139,7 +139,36 @@ def ack_fingerprint(sizes: Sequence[int], n: int = WINDOW,
     return True
 
 
-@dataclass
+def _ack_bounds(k: int) -> tuple[int, int]:
+    """Table 2's (lowest, highest) count for 10-packet bin ``k`` (from 1)."""
+    for first, last, low, high in ACK_BINS:
+        if first <= k and (last is None or k <= last):
+            return low, high
+    raise ValueError(f"no ACK bin {k}")  # pragma: no cover - the table covers k >= 1
+
+
+def ack_fingerprint_failed(sizes: Sequence[int], n: int = WINDOW,
+                           ack_index: int = ACK_INDEX) -> bool:
+    """True once Table 2 can no longer hold, whatever packets follow: a bin already
+    over its highest count, or a finished bin (all its packets in, within the first
+    ``n``) under its lowest. Counts only grow, so either is final.
+
+    Why: a flow whose opcode fingerprint has failed can still be flagged by this
+    one, so without this test the Filter would watch every such flow to packet
+    ``n``. A QUIC or DNS flow fails both within two or three bins, and in-path
+    each packet watched is a packet that waits. At ``n`` packets this is exactly
+    ``ack_fingerprint(...) is False``."""
+    if len(sizes) <= ack_index:
+        return False
+    seen = min(len(sizes), n)
+    for k, count in enumerate(ack_bins(sizes, n, ack_index), start=1):
+        low, high = _ack_bounds(k)
+        if count > high or (count < low and min(k * BIN, n) <= seen):
+            return True
+    return False
+
+
+@dataclass(slots=True)
 class TcpFramer:
     """Follows OpenVPN's 16-bit framing through one direction of a TCP stream.
 

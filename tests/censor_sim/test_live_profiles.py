@@ -206,3 +206,35 @@ def test_runner_makes_hosts_send_wire_sized_packets_in_policing_cells(lab):
     dev = lab.lab.iface("bridge", "inet")
     link = lab.lab.exec("bridge", ["ip", "-d", "link", "show", "dev", dev]).stdout
     assert "gso_max_segs 65535" in link
+
+
+def test_the_openvpn_filter_lets_a_quic_like_flow_go_long_before_packet_100(
+        censor_lab, run_censor, echo):
+    """Xue et al.'s Filter watches a flow for 100 packets, but once both fingerprints
+    have failed no packet can change its verdict, so the censor lets the flow go
+    (docs/censors/vpn.md §2.2): in-path, the rest of its packets never wait."""
+    import random
+    import socket
+
+    from netns.nsenter import ns_socket
+
+    srv, port = censor_lab.addr("bridge"), 7190
+    echo([port], proto="udp")
+    censor = run_censor("openvpn-fingerprint-2022")
+    rng = random.Random(11)
+    s = ns_socket(censor_lab.ns("client"), socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    try:
+        s.connect((srv, port))
+        for i in range(50):  # 50 datagrams and their echoes: 100 packets
+            first = 0xC3 if i == 0 else 0x40 | rng.randrange(64)  # QUIC, short headers
+            data = bytes([first]) + rng.randbytes(rng.randrange(40, 1200))
+            s.send(data)
+            assert s.recv(2048) == data
+    finally:
+        s.close()
+    final = censor.stop()
+    assert not censor.events("detection")
+    # Judged at a bin's end (packet 20, 30 or 40), then offloaded: before, all 100.
+    assert 20 <= final["queued"] <= 40
+    assert final["queued"] % 10 == 0

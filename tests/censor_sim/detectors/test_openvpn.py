@@ -126,6 +126,37 @@ def test_the_ack_fingerprint_waits_for_the_window():
     assert ov.ack_fingerprint(ack_sizes([1, 2] + [0] * 8)[:99]) is None
 
 
+def test_the_ack_fingerprint_fails_early_only_when_no_packet_to_come_can_save_it():
+    # Bin 2 needs 2 to 5 ACK-sized packets: with one, it fails when its tenth is in.
+    short = ack_sizes([1, 1] + [0] * 8)
+    assert not ov.ack_fingerprint_failed(short[:19])
+    assert ov.ack_fingerprint_failed(short[:20])
+    # Over a bound fails at once, in a bin still filling: the fourth ACK of bin 1 ...
+    four = ack_sizes([4, 2] + [0] * 8)
+    assert not ov.ack_fingerprint_failed(four[:3])
+    assert ov.ack_fingerprint_failed(four[:4])
+    # ... and the second of a bin from the sixth on (at most 1 there).
+    late = ack_sizes([1, 2, 0, 0, 0, 2, 0, 0, 0, 0])
+    assert not ov.ack_fingerprint_failed(late[:51])
+    assert ov.ack_fingerprint_failed(late[:52])
+    # A profile that holds never fails, at any length; nor does one too short to know.
+    good = ack_sizes([3, 4, 2, 1, 0, 1, 0, 0, 0, 0])
+    assert not any(ov.ack_fingerprint_failed(good[:k]) for k in range(101))
+    # A window that is not a whole number of bins: its last bin ends at n.
+    assert ov.ack_fingerprint_failed(short[:15], n=15) and not ov.ack_fingerprint_failed(
+        short[:14], n=15)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([54, 54, 1000, 1000, 1000, 77]), min_size=100, max_size=100))
+def test_an_early_failure_of_the_ack_fingerprint_is_final(sizes):
+    """What ack_fingerprint_failed says of any prefix, the full window confirms."""
+    final = ov.ack_fingerprint(sizes)
+    assert ov.ack_fingerprint_failed(sizes) == (final is False)
+    if any(ov.ack_fingerprint_failed(sizes[:k]) for k in range(100)):
+        assert final is False
+
+
 # ------------------------------------------------------------------------ TCP framing
 
 
@@ -214,6 +245,33 @@ def test_random_udp_is_let_go_before_the_window_with_the_ack_fingerprint_off():
     rng = random.Random(9)
     i, res = run(udp_flow(), [(True, rng.randbytes(100)) for _ in range(100)], {"ack": False})
     assert res == DONE and i < 40
+
+
+def test_quic_like_udp_is_let_go_once_both_fingerprints_have_failed():
+    """Short-header QUIC: random first bytes and sizes. The opcode fingerprint fails
+    within a bin or two; the ACK fingerprint (on, as in the paper) at the end of
+    bin 2, which can hold at most one more packet of packet 3's size, not two."""
+    rng = random.Random(10)
+    packets = [(True, b"\xc3" + rng.randbytes(1199)), (False, b"\xc1" + rng.randbytes(1199))]
+    packets += [(rng.random() < 0.5, bytes([0x40 | rng.randrange(64)])
+                 + rng.randbytes(rng.randrange(40, 1300))) for _ in range(98)]
+    i, res = run(udp_flow(), packets)
+    assert res == DONE and i == 19  # the 20th packet: bin 2 is complete
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0x38, 0x40, 0x20, 0x28, 0x48, 0x50, 0x58, 0x60,
+                                           0x68, 0x70, 0x78, 0x80]),
+                          st.sampled_from([14, 26, 54, 54, 72, 1000])),
+                min_size=30, max_size=30))
+def test_stopping_early_never_changes_the_filters_verdict(records):
+    """Against Algorithm 1 and Table 2 over the whole window (n = 30): a flow either
+    fingerprint flags is flagged, and one neither flags is let go, early or at n."""
+    rng = random.Random(0)
+    _, res = run(udp_flow(), [(True, payload(b, s, rng)) for b, s in records], {"n": 30})
+    flagged = (ov.opcode_fingerprint([b for b, _ in records], 30)
+               or ov.ack_fingerprint([s for _, s in records], 30))
+    assert isinstance(res, Match) if flagged else res == DONE
 
 
 @settings(max_examples=150, deadline=None)
