@@ -419,12 +419,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Issue 23's four speed goals: (what, goal, True if higher is better).
-GOALS = {
-    "live censor, CPU per queued packet (µs)": (15.0, False),
-    "new TCP flows/s, censor on ÷ off (FET p=0)": (0.9, True),
-    "pcap mode, packets/s (one core)": (100_000.0, True),
-    "forwarding, censor on ÷ off": (0.95, True),
-}
+CPU_GOAL = "live censor, CPU per queued packet (µs)"
+FLOWS_GOAL = "new TCP flows/s, censor on ÷ off (FET p=0)"
+PCAP_GOAL = "pcap mode, packets/s (one core)"
+FORWARDING_GOAL = "forwarding, censor on ÷ off"
+GOALS = {CPU_GOAL: (15.0, False), FLOWS_GOAL: (0.9, True), PCAP_GOAL: (100_000.0, True),
+         FORWARDING_GOAL: (0.95, True)}
 
 
 def print_goals(figures: dict[str, dict[str, float]],
@@ -465,7 +465,7 @@ def offline_parts(figures: dict[str, dict[str, float]] | None = None) -> None:
     for k, v in pcap_rate().items():
         print(f"  {k:28s} {v:10.0f}")
         if figures is not None:
-            figures.setdefault("pcap mode, packets/s (one core)", {})[k] = v
+            figures.setdefault(PCAP_GOAL, {})[k] = v
     print("issue 22's detectors (openvpn, wireguard, dns_tunnel, tls_in_tls) on flows "
           "they do not match (engine offline, µs per packet, median of 5):")
     print("  flows    gfw-fet-2021   + the four detectors    ratio")
@@ -516,8 +516,9 @@ class ConntrackFloor:
 
 
 # Each goal row's floor: the row measured with the same mechanism and no engine.
-FORWARDING_FLOORS = {"gfw-fet-2021": "conntrack alone (floor)",
-                     "gfw-fet-2021 on-path (tap)": "conntrack alone (floor)"}
+CONNTRACK_FLOOR = "conntrack alone (floor)"
+FORWARDING_FLOORS = {"gfw-fet-2021": CONNTRACK_FLOOR,
+                     "gfw-fet-2021 on-path (tap)": CONNTRACK_FLOOR}
 
 
 def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
@@ -530,7 +531,7 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
     cases: dict[str, Any] = {
         "ip-blocklist": lambda: censor_running(lab, tmp, "ip-blocklist", {"detectors": {
             "ip_blocklist": {"addresses": ["198.19.255.1"]}}}),
-        "conntrack alone (floor)": lambda: ConntrackFloor(lab),
+        CONNTRACK_FLOOR: lambda: ConntrackFloor(lab),
         "gfw-fet-2021": lambda: censor_running(lab, tmp, "gfw-fet-2021", {}),
         "gfw-fet-2021 on-path (tap)": lambda: censor_running(lab, tmp, "gfw-fet-2021", {
             "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
@@ -547,19 +548,32 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
         ratios[label] = on / off
         print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
               f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
-        if figures is not None and label not in FORWARDING_FLOORS.values():
-            figures.setdefault("forwarding, censor on ÷ off", {})[label] = on / off
+        if figures is not None and label != CONNTRACK_FLOOR:
+            figures.setdefault(FORWARDING_GOAL, {})[label] = on / off
     if floors is not None:
         for label, floor in FORWARDING_FLOORS.items():
-            floors.setdefault("forwarding, censor on ÷ off", {})[label] = ratios[floor]
+            floors.setdefault(FORWARDING_GOAL, {})[label] = ratios[floor]
 
 
-# The rows of new_flows whose figures issue 23's goals are about, as the summary names them.
-GOAL_ROWS = {"gfw-fet-2021 (p=0, all inspected)": "gfw-fet-2021 in-path",
-             "gfw-fet-2021 on-path (NFLOG tap)": "gfw-fet-2021 on-path (tap)"}
-# ... and the floor under each: the same mechanism with no engine.
-FLOW_FLOORS = {"NFQUEUE floor (no engine)": "gfw-fet-2021 in-path",
-               f"NFLOG floor (no engine, batch {TAP_BATCH})": "gfw-fet-2021 on-path (tap)"}
+# new_flows's rows that issue 23's goals are about, and the floor under each (the same
+# mechanism with no engine), with the name the goal summary gives both.
+QUEUE_FLOOR = "NFQUEUE floor (no engine)"
+TAP_FLOOR = f"NFLOG floor (no engine, batch {TAP_BATCH})"
+FET_IN_PATH = "gfw-fet-2021 (p=0, all inspected)"
+FET_TAP = "gfw-fet-2021 on-path (NFLOG tap)"
+GOAL_ROWS = {FET_IN_PATH: "gfw-fet-2021 in-path", FET_TAP: "gfw-fet-2021 on-path (tap)"}
+FLOW_FLOORS = {QUEUE_FLOOR: GOAL_ROWS[FET_IN_PATH], TAP_FLOOR: GOAL_ROWS[FET_TAP]}
+
+
+def _record_live(table: dict[str, dict[str, float]] | None, name: str, ratio: float,
+                 fin: dict) -> None:
+    """A live row's flow ratio and CPU per queued packet, under the goal summary's
+    ``name``, into ``table`` (the run's figures, or its floors)."""
+    if table is None:
+        return
+    table.setdefault(FLOWS_GOAL, {})[name] = ratio
+    if fin.get("cpu_per_packet_us"):
+        table.setdefault(CPU_GOAL, {})[name] = fin["cpu_per_packet_us"]
 
 
 def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
@@ -576,18 +590,15 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
     tap = {**fet_p0, "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
                                   "tap_wait_ms": TAP_WAIT_MS}}
     rows: list[tuple[str, Any]] = [
-        ("NFQUEUE floor (no engine)", lambda: start_floor(lab, tmp, "queue")),
-        (f"NFLOG floor (no engine, batch {TAP_BATCH})",
-         lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),  # FLOW_FLOORS names both
-        ("gfw-fet-2021 (p=0, all inspected)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
-                                                                   fet_p0)),
+        (QUEUE_FLOOR, lambda: start_floor(lab, tmp, "queue")),
+        (TAP_FLOOR, lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),
+        (FET_IN_PATH, lambda: start_censor(lab, tmp, "gfw-fet-2021", fet_p0)),
         ("+ issue 22's detectors", lambda: start_censor(lab, tmp, str(fet_with_vpn_profile(tmp)),
                                                         fet_p0)),
         ("gfw-fet-2021 on-path, SYNs copied", lambda: start_censor(
             lab, tmp, "gfw-fet-2021", {**tap, "datapath": {**tap["datapath"],
                                                            "watch_births": False}})),
-        ("gfw-fet-2021 on-path (NFLOG tap)", lambda: start_censor(lab, tmp, "gfw-fet-2021",
-                                                                  tap)),
+        (FET_TAP, lambda: start_censor(lab, tmp, "gfw-fet-2021", tap)),
     ]
     ratios: dict[str, dict[str, float]] = {}
     port = 7300
@@ -610,25 +621,16 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
                 port += 2
             ratio = statistics.median(pair)
             ratios[proto][label] = ratio
-            if figures is not None and proto == "tcp" and label in GOAL_ROWS:
-                figures.setdefault("new TCP flows/s, censor on ÷ off (FET p=0)",
-                                   {})[GOAL_ROWS[label]] = ratio
             print(f"  {label:40s} {statistics.median(ons):6.0f} flows/s (off "
                   f"{statistics.median(offs):.0f})   on/off = {ratio:.3f}   "
                   f"pairs {[round(r, 3) for r in pair]}")
             seen = fin.get("queued")
-            if floors is not None and proto == "tcp" and label in FLOW_FLOORS:
-                floors.setdefault("new TCP flows/s, censor on ÷ off (FET p=0)",
-                                  {})[FLOW_FLOORS[label]] = ratio
-                if fin.get("cpu_per_packet_us"):
-                    floors.setdefault("live censor, CPU per queued packet (µs)",
-                                      {})[FLOW_FLOORS[label]] = fin["cpu_per_packet_us"]
+            if proto == "tcp" and label in GOAL_ROWS:
+                _record_live(figures, GOAL_ROWS[label], ratio, fin)
+            if proto == "tcp" and label in FLOW_FLOORS:
+                _record_live(floors, FLOW_FLOORS[label], ratio, fin)
             if "engine" in fin:
                 costs.append(fin.get("per_packet_us") or 0.0)
-                cpu = fin.get("cpu_per_packet_us")
-                if figures is not None and proto == "tcp" and label in GOAL_ROWS and cpu:
-                    figures.setdefault("live censor, CPU per queued packet (µs)",
-                                       {})[GOAL_ROWS[label]] = cpu
                 print(f"  {'':40s} last run: {fin.get('mechanism')}, {seen} packets seen; per "
                       f"packet CPU {fin.get('cpu_per_packet_us')} µs (user "
                       f"{fin.get('user_per_packet_us')}); callback "

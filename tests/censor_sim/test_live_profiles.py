@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from netns.nsenter import ns_socket
 from ptcommon.events import count_events
 from tests.support.bulk import bulk_server
 from tests.support.tlsrecords import client_hello
@@ -107,8 +110,6 @@ def _fetch_after_hello(lab, server: str, port: int, sni: str, size: int,
                        skip: int = 0) -> float:
     """Send a real ClientHello naming `sni`; the server answers with `size` bytes.
     Returns the goodput in Mbit/s from byte `skip` to the last byte received."""
-    from netns.nsenter import ns_socket
-
     s = ns_socket(lab.ns("client"))
     s.settimeout(20)
     try:
@@ -213,11 +214,6 @@ def test_the_openvpn_filter_lets_a_quic_like_flow_go_long_before_packet_100(
     """Xue et al.'s Filter watches a flow for 100 packets, but once both fingerprints
     have failed no packet can change its verdict, so the censor lets the flow go
     (docs/censors/vpn.md §2.2): in-path, the rest of its packets never wait."""
-    import random
-    import socket
-
-    from netns.nsenter import ns_socket
-
     srv, port = censor_lab.addr("bridge"), 7190
     echo([port], proto="udp")
     censor = run_censor("openvpn-fingerprint-2022")

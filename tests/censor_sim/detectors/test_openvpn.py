@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from censor_sim.detectors import openvpn as ov
@@ -264,6 +264,11 @@ def test_quic_like_udp_is_let_go_once_both_fingerprints_have_failed():
                                            0x68, 0x70, 0x78, 0x80]),
                           st.sampled_from([14, 26, 54, 54, 72, 1000])),
                 min_size=30, max_size=30))
+# A flow only the ACK fingerprint flags, late: the opcode fingerprint fails at packet
+# 6 (a reset after four distinct bytes), and bin 2 gets its two ACK-sized packets
+# only at its end; a stop that judged bin 2 before it filled would let it go.
+@example([(0x38, 14), (0x40, 26), (0x20, 54), (0x28, 1000), (0x48, 1000), (0x38, 1000)]
+         + [(0x48, 1000)] * 12 + [(0x48, 54)] * 2 + [(0x48, 1000)] * 10)
 def test_stopping_early_never_changes_the_filters_verdict(records):
     """Against Algorithm 1 and Table 2 over the whole window (n = 30): a flow either
     fingerprint flags is flagged, and one neither flags is let go, early or at n."""
