@@ -572,7 +572,7 @@ def _record_live(table: dict[str, dict[str, float]] | None, name: str, ratio: fl
     if table is None:
         return
     table.setdefault(FLOWS_GOAL, {})[name] = ratio
-    if fin.get("cpu_per_packet_us"):
+    if fin.get("cpu_per_packet_us") is not None:
         table.setdefault(CPU_GOAL, {})[name] = fin["cpu_per_packet_us"]
 
 

@@ -26,7 +26,7 @@ Usage: ``python benchmarks/nfqueue_floor.py INSIDE OUTSIDE [queue|tap [BATCH]]``
 from __future__ import annotations
 
 import json
-import os
+import resource
 import select
 import signal
 import sys
@@ -87,7 +87,9 @@ def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") 
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    start = os.times()
+    # getrusage, not os.times: the latter counts 10 ms ticks, and a short run's
+    # whole CPU can fall under one tick (it read 0, and the floor went missing).
+    start = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"event": "ready"}), flush=True)
     try:
         while not stopping:
@@ -97,11 +99,11 @@ def main(inside: str, outside: str, mechanism: str = "queue", batch: str = "1") 
             except InterruptedError:
                 continue
     finally:
-        end = os.times()
+        end = resource.getrusage(resource.RUSAGE_SELF)
         datapath.remove()
         for close in closers:
             close()
-        user, kernel = end.user - start.user, end.system - start.system
+        user, kernel = end.ru_utime - start.ru_utime, end.ru_stime - start.ru_stime
         print(json.dumps({"event": "counters", "queued": queued, "user_s": round(user, 3),
                           "sys_s": round(kernel, 3),
                           "cpu_per_packet_us": round((user + kernel) / queued * 1e6, 2)

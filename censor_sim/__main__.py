@@ -20,6 +20,7 @@ import io
 import json
 import os
 import random
+import resource
 import signal
 import sys
 import time
@@ -193,7 +194,7 @@ async def run(config: dict, poll: float) -> None:
             loop.add_signal_handler(sig, stop.set)
         gcpolicy.for_packet_loop()
         cpu_at_ready = time.process_time()
-        times_at_ready = os.times()
+        usage_at_ready = resource.getrusage(resource.RUSAGE_SELF)
         emit("ready", profile=profile.name, source=profile.source, sha256=profile.sha256,
              blocklist=blocklist.__dict__ if blocklist else None, mode=dp.get("mode", "in-path"),
              queue=queue.__dict__ if queue else None, seed=config.get("seed", 0))
@@ -214,11 +215,11 @@ async def run(config: dict, poll: float) -> None:
         n = runner.queued
         per_pkt = runner.busy_s / n * 1e6 if n else None
         cpu_s = time.process_time() - cpu_at_ready
-        times = os.times()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         # User time is the censor's Python; kernel time is mostly the queue's own
         # price (the verdict carries the packet on through the kernel).
-        user_s = times.user - times_at_ready.user
-        sys_s = times.system - times_at_ready.system
+        user_s = usage.ru_utime - usage_at_ready.ru_utime
+        sys_s = usage.ru_stime - usage_at_ready.ru_stime
         split = {"parse": runner.parse_s, "engine": runner.engine_s,
                  "verdict": runner.busy_s - runner.parse_s - runner.engine_s}
         emit("counters", counters=counts, cpu_s=round(cpu_s, 6),
