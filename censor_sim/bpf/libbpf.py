@@ -1,0 +1,262 @@
+"""The few libbpf calls the censor's kernel fast path needs, through ctypes.
+
+Why ctypes on Debian's libbpf1 rather than a Python package: no maintained
+wheel wraps libbpf for loading an object, attaching it to tc and reading a ring
+buffer, and libbpf is already on every lab machine (iproute2 links it). These
+wrappers turn libbpf's negative error codes and NULLs into exceptions that
+name the call and the errno.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from functools import cache
+from pathlib import Path
+
+from .build import BpfUnavailable
+
+BPF_TC_INGRESS = 1
+BPF_TC_EGRESS = 2
+BPF_ANY = 0
+
+
+class BpfError(OSError):
+    """A libbpf call failed; errno is set."""
+
+
+class _TestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts (libbpf 1.x, bpf.h)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
+                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
+                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
+                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
+                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
+class _TcHook(ctypes.Structure):
+    """struct bpf_tc_hook (libbpf.h)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int),
+                ("attach_point", ctypes.c_int), ("parent", ctypes.c_uint32)]
+
+
+class _TcOpts(ctypes.Structure):
+    """struct bpf_tc_opts (libbpf.h)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int),
+                ("flags", ctypes.c_uint32), ("prog_id", ctypes.c_uint32),
+                ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
+
+
+SampleFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+_SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "bpf_object__open_file": (ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_void_p]),
+    "bpf_object__load": (ctypes.c_int, [ctypes.c_void_p]),
+    "bpf_object__close": (None, [ctypes.c_void_p]),
+    "bpf_object__find_program_by_name": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]),
+    "bpf_object__find_map_fd_by_name": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
+    "bpf_program__fd": (ctypes.c_int, [ctypes.c_void_p]),
+    "bpf_map_update_elem": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_uint64]),
+    "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
+    "bpf_prog_test_run_opts": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(_TestRunOpts)]),
+    "libbpf_num_possible_cpus": (ctypes.c_int, []),
+    "bpf_tc_hook_create": (ctypes.c_int, [ctypes.POINTER(_TcHook)]),
+    "bpf_tc_hook_destroy": (ctypes.c_int, [ctypes.POINTER(_TcHook)]),
+    "bpf_tc_attach": (ctypes.c_int, [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]),
+    "bpf_tc_detach": (ctypes.c_int, [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]),
+    "ring_buffer__new": (ctypes.c_void_p, [ctypes.c_int, SampleFn, ctypes.c_void_p,
+                                           ctypes.c_void_p]),
+    "ring_buffer__free": (None, [ctypes.c_void_p]),
+    "ring_buffer__poll": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "ring_buffer__consume": (ctypes.c_int, [ctypes.c_void_p]),
+    "ring_buffer__epoll_fd": (ctypes.c_int, [ctypes.c_void_p]),
+}
+
+
+@cache
+def lib() -> ctypes.CDLL:
+    """Debian's libbpf1 with every signature this module uses declared (a pointer
+    left to ctypes' default int would be cut to 32 bits)."""
+    name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+    try:
+        handle = ctypes.CDLL(name, use_errno=True)
+    except OSError as e:
+        raise BpfUnavailable(f"libbpf is not installed ({e}): apt-get install libbpf1") from e
+    for fn, (restype, argtypes) in _SIGNATURES.items():
+        f = getattr(handle, fn)
+        f.restype, f.argtypes = restype, argtypes
+    return handle
+
+
+def _check(rc: int, what: str) -> int:
+    """libbpf 1.x returns -errno on failure."""
+    if rc < 0:
+        raise BpfError(-rc, f"{what}: {os.strerror(-rc)}")
+    return rc
+
+
+def possible_cpus() -> int:
+    """How many values a per-CPU map holds per key."""
+    return _check(lib().libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+class BpfObject:
+    """One loaded object file: its programs and maps live until :meth:`close`
+    (or while tc holds an attached program)."""
+
+    def __init__(self, path: Path) -> None:
+        ptr = lib().bpf_object__open_file(str(path).encode(), None)
+        if not ptr:
+            err = ctypes.get_errno() or 22
+            raise BpfError(err, f"bpf_object__open_file {path}: {os.strerror(err)}")
+        self._ptr: int | None = ptr
+        try:
+            _check(lib().bpf_object__load(ptr),
+                   f"bpf_object__load {path.name} (libbpf printed the verifier's log)")
+        except BaseException:
+            self.close()
+            raise
+
+    def program_fd(self, name: str) -> int:
+        prog = lib().bpf_object__find_program_by_name(self._live(), name.encode())
+        if not prog:
+            raise KeyError(f"no program {name!r} in the object")
+        return _check(lib().bpf_program__fd(prog), f"bpf_program__fd {name}")
+
+    def map_fd(self, name: str) -> int:
+        return _check(lib().bpf_object__find_map_fd_by_name(self._live(), name.encode()),
+                      f"map {name}")
+
+    def _live(self) -> int:
+        if self._ptr is None:
+            raise ValueError("the BPF object is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            lib().bpf_object__close(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> BpfObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def map_update(fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+    _check(lib().bpf_map_update_elem(fd, key, value, flags), "bpf_map_update_elem")
+
+
+def map_lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
+    """The value under ``key``, or None when the map has no such key."""
+    out = ctypes.create_string_buffer(value_size)
+    rc = lib().bpf_map_lookup_elem(fd, key, out)
+    if rc == -2:  # ENOENT
+        return None
+    _check(rc, "bpf_map_lookup_elem")
+    return out.raw
+
+
+def test_run(prog_fd: int, data: bytes, repeat: int = 1) -> tuple[int, int]:
+    """Run a tc program on one frame in the kernel (BPF_PROG_TEST_RUN), maps and
+    all, without a network: (its return code, mean nanoseconds per run)."""
+    buf = ctypes.create_string_buffer(data, len(data))
+    opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(buf),
+                        data_size_in=len(data), repeat=repeat)
+    _check(lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)), "bpf_prog_test_run_opts")
+    return opts.retval, opts.duration
+
+
+class TcAttachment:
+    """A tc program on an interface's ingress (clsact), in the calling thread's
+    network namespace. The clsact qdisc is made if the interface lacks one and
+    then removed with the program; one that was there already is left."""
+
+    def __init__(self, ifname: str, prog_fd: int) -> None:
+        ifindex = _ifindex(ifname)
+        self._hook = _TcHook(sz=ctypes.sizeof(_TcHook), ifindex=ifindex,
+                             attach_point=BPF_TC_INGRESS)
+        rc = lib().bpf_tc_hook_create(ctypes.byref(self._hook))
+        if rc < 0 and rc != -17:  # EEXIST: a clsact qdisc was there already
+            _check(rc, f"bpf_tc_hook_create {ifname}")
+        self._made_qdisc = rc == 0
+        self._opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), prog_fd=prog_fd)
+        try:
+            _check(lib().bpf_tc_attach(ctypes.byref(self._hook), ctypes.byref(self._opts)),
+                   f"bpf_tc_attach {ifname}")
+        except BaseException:
+            self._drop_qdisc()
+            raise
+        self._attached = True
+        self.ifname = ifname
+
+    def detach(self) -> None:
+        """Idempotent; quiet if the interface has gone (its namespace was removed)."""
+        if not self._attached:
+            return
+        self._attached = False
+        detach = _TcOpts(sz=ctypes.sizeof(_TcOpts), handle=self._opts.handle,
+                         priority=self._opts.priority)
+        lib().bpf_tc_detach(ctypes.byref(self._hook), ctypes.byref(detach))
+        self._drop_qdisc()
+
+    def _drop_qdisc(self) -> None:
+        if self._made_qdisc:
+            self._made_qdisc = False
+            hook = _TcHook(sz=ctypes.sizeof(_TcHook), ifindex=self._hook.ifindex,
+                           attach_point=BPF_TC_INGRESS | BPF_TC_EGRESS)
+            lib().bpf_tc_hook_destroy(ctypes.byref(hook))
+
+
+def _ifindex(ifname: str) -> int:
+    try:
+        return int(Path(f"/sys/class/net/{ifname}/ifindex").read_text())
+    except (OSError, ValueError) as e:
+        raise BpfError(19, f"no interface {ifname!r} in this namespace") from e
+
+
+class RingBuffer:
+    """A BPF ring buffer's records, read in batches: :meth:`drain` hands back the
+    raw bytes of every record waiting. :meth:`fileno` is an epoll descriptor that
+    turns readable when records arrive, for the censor's event loop."""
+
+    def __init__(self, map_fd: int) -> None:
+        self._records: list[bytes] = []
+
+        def sample(_ctx: int | None, data: int, size: int) -> int:
+            self._records.append(ctypes.string_at(data, size))
+            return 0
+
+        self._callback = SampleFn(sample)  # kept: libbpf holds only the C pointer
+        ptr = lib().ring_buffer__new(map_fd, self._callback, None, None)
+        if not ptr:
+            err = ctypes.get_errno() or 22
+            raise BpfError(err, f"ring_buffer__new: {os.strerror(err)}")
+        self._ptr: int | None = ptr
+
+    def drain(self) -> list[bytes]:
+        """Every record waiting now, oldest first."""
+        if self._ptr is None:
+            return []
+        _check(lib().ring_buffer__consume(self._ptr), "ring_buffer__consume")
+        out, self._records = self._records, []
+        return out
+
+    def fileno(self) -> int:
+        if self._ptr is None:
+            raise ValueError("the ring buffer is closed")
+        return _check(lib().ring_buffer__epoll_fd(self._ptr), "ring_buffer__epoll_fd")
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            lib().ring_buffer__free(self._ptr)
+            self._ptr = None
