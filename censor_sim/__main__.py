@@ -31,10 +31,11 @@ from ptcommon import gcpolicy
 from ptcommon.events import EventLog
 
 from . import datapath, eventjson
+from .bpf.build import BpfBuildError, BpfUnavailable
 from .engine import Effects, Engine, unsupported
 from .profile import Profile, ProfileError, load_profile
 from .queueplan import queue_config
-from .runners import QueueRunner, TapRunner
+from .runners import KernelRunner, QueueRunner, Runner, TapRunner
 
 COMPONENT = "censor"
 
@@ -147,8 +148,12 @@ async def run(config: dict, poll: float) -> None:
         if insp.unresolved:
             raise ProfileError(f"detectors.{insp.name}.servers: unresolved {insp.unresolved[0]!r}"
                                " (lab roles are resolved by the runner; give addresses here)")
-    needs_queue = bool(engine.inspectors) or engine.packet_censor is not None
+    fast_path = dp.get("fast_path") is not None  # validated by unsupported()
+    needs_queue = (bool(engine.inspectors) or engine.packet_censor is not None) and not fast_path
     queue = None
+    if fast_path and not config.get("inside"):
+        raise ProfileError(f"profile {profile.name} runs its detector in the kernel: the "
+                           "config needs the 'inside' interface")
     if needs_queue:
         if not config.get("inside") or not config.get("outside"):
             raise ProfileError(f"profile {profile.name} inspects packets: the config needs "
@@ -162,8 +167,11 @@ async def run(config: dict, poll: float) -> None:
         rate = int(float(t.get("rate_kbps", 140)) * 1000 / 8)
         throttle = datapath.Throttle(rate, int(t.get("burst_bytes", max(rate // 4, 3000))))
     loop = asyncio.get_running_loop()
-    runner: QueueRunner | TapRunner = QueueRunner(engine)
-    if on_path and queue is not None:
+    runner: Runner = QueueRunner(engine)
+    if fast_path:
+        engine.watch_births()  # the program opens flows on the SYNs it sees
+        runner = KernelRunner(engine, config["inside"])
+    elif on_path and queue is not None:
         runner = TapRunner(engine, queue.tap_batch, queue.tap_wait_cs)
     sysctls: dict[str, str] = {}
     injects = engine.packet_censor is not None or any(
@@ -171,7 +179,7 @@ async def run(config: dict, poll: float) -> None:
     if injects:
         runner.injector.warm()
     try:
-        if queue is not None:
+        if queue is not None or fast_path:
             runner.bind()  # bind before the rules exist, so no packet meets an empty queue
             runner.attach(loop)
         blocks_servers = any("block_server" in r.actions for r in engine.rules.values()) or \
@@ -188,7 +196,8 @@ async def run(config: dict, poll: float) -> None:
         datapath.install(blocklist, queue, throttle, servers=blocks_servers,
                          freeze_bytes=int(freeze.get("bytes", 16384)) if freeze else None,
                          allowlist=allowlist, inside=config.get("inside"),
-                         loss_percent=float(loss.get("percent", 50)) if loss else None)
+                         loss_percent=float(loss.get("percent", 50)) if loss else None,
+                         dynamic=True if fast_path else None)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -236,7 +245,7 @@ async def run(config: dict, poll: float) -> None:
     finally:
         datapath.remove()
         datapath.restore_sysctls(sysctls)
-        if queue is not None:
+        if queue is not None or fast_path:
             runner.close(loop)
         for t in list(effects.tasks):
             t.cancel()
@@ -277,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                             prof_out)
         else:
             asyncio.run(run(config, args.poll))
-    except (ProfileError, datapath.DatapathError, ValueError, OSError) as exc:
+    except (ProfileError, datapath.DatapathError, ValueError, OSError, BpfUnavailable,
+            BpfBuildError) as exc:
         msg = str(exc)
         if isinstance(exc, PermissionError) or "Operation not permitted" in msg:
             msg = f"missing privilege: {msg} (the censor needs root / CAP_NET_ADMIN)"

@@ -337,8 +337,13 @@ def _nft(args: list[str], input: str | None = None) -> str:
 def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
             throttle: Throttle | None = None, servers: bool = False,
             freeze_bytes: int | None = None, allowlist: Blocklist | None = None,
-            inside: str | None = None, loss_percent: float | None = None) -> None:
-    _nft(["-f", "-"], input=ruleset(blocklist, throttle, dynamic=queue is not None,
+            inside: str | None = None, loss_percent: float | None = None,
+            dynamic: bool | None = None) -> None:
+    """The censor's table, and its queue or tap rules. ``dynamic`` (the flow marks
+    and residual sets) defaults to whether there is a queue; the kernel fast path
+    (censor_sim.bpf) has none and asks for it."""
+    _nft(["-f", "-"], input=ruleset(blocklist, throttle,
+                                    dynamic=queue is not None if dynamic is None else dynamic,
                                     servers=servers, freeze_bytes=freeze_bytes,
                                     allowlist=allowlist,
                                     inside=inside or (queue.inside if queue else None),

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import registry, rstprints
 from .actions import InjectTcp, InjectUdp, Verdict
+from .bpf import KERNEL_DETECTORS
 from .flows import Flow, FlowTable
 from .inspectors import DONE, Inspector, Match
 from .packet import ACK, TCP, UDP, Packet
@@ -202,6 +203,29 @@ class Engine:
         flow.decided = "accept"
         flows.release(flow)
         return Verdict(flow="accept")
+
+    def judged_in_kernel(self, pkt: Packet, detector: str, evidence: dict[str, Any]) -> Verdict:
+        """A flow's first client payload ``pkt``, which a kernel program
+        (censor_sim.bpf) has judged for ``detector`` and found no rule exempts.
+
+        What :meth:`handle` would do from the inspector's match on: the flow is
+        recorded as that packet leaves it, then the policy answers the match
+        (its chance, actions and events, on the same terms). The kernel reports a
+        flow once and shows nothing more of it, so the flow is then forgotten.
+        """
+        self.stats["packets"] += 1
+        flows = self.flows
+        flow, c2s = flows.lookup(pkt, True)
+        if flow.packets == 0:
+            self.stats["flows"] += 1
+        flows.record(flow, pkt, c2s, flow.first_seen if flow.packets == 0 else None)
+        try:
+            if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:
+                return v
+            v = self._matched(flow, pkt, c2s, Match(detector, evidence))
+            return v if v is not None else Verdict(flow="accept")
+        finally:
+            flows.forget(flow)
 
     def _scoped(self, flow: Flow) -> Sequence[Inspector]:
         """The inspectors whose scope holds ``flow``: answered once per server
@@ -390,6 +414,29 @@ def rst_for(pkt: Packet, c2s: bool, flow: Flow, shapes: list[dict[str, Any]],
     return out
 
 
+def _fast_path_unsupported(profile: Any) -> str | None:
+    """Why ``datapath.fast_path`` cannot run this profile, or None (also when unset)."""
+    fast = profile.datapath.get("fast_path")
+    if fast is None:
+        return None
+    if fast != "ebpf":
+        return "datapath.fast_path: must be 'ebpf', or left out"
+    if profile.datapath.get("mode", "in-path") != "on-path":
+        return ("datapath.fast_path: the kernel program never holds a packet for the policy, "
+                "so the profile needs datapath.mode = 'on-path'")
+    kinds = {name: params.get("kind", name) for name, params in profile.detectors.items()
+             if params.get("kind", name) not in registry.KERNEL_ONLY}
+    if not kinds:
+        return "datapath.fast_path: the profile has no detector to run in the kernel"
+    for name, kind in kinds.items():
+        if kind not in KERNEL_DETECTORS:
+            return (f"datapath.fast_path: detectors.{name} ({kind}) has no kernel program "
+                    f"(these do: {', '.join(sorted(KERNEL_DETECTORS))})")
+    if len(kinds) > 1:
+        return "datapath.fast_path: one kernel detector per profile"
+    return None
+
+
 def unsupported(profile: Any) -> str | None:
     """Why `profile` cannot run as written (checked when a spec loads), or None."""
     for i, rule in enumerate(profile.policy.get("rules", [])):
@@ -403,6 +450,8 @@ def unsupported(profile: Any) -> str | None:
                 return f"policy.rules[{i}].probability: only 1.0 is implemented for ip_blocklist"
     if profile.datapath.get("mode", "in-path") not in ("in-path", "on-path"):
         return "datapath.mode: must be 'in-path' or 'on-path'"
+    if (why := _fast_path_unsupported(profile)) is not None:
+        return why
     for key, low, high in (("tap_batch", 1, 1024), ("tap_wait_ms", 0, 1000),
                            ("max_flows", 1, 1 << 24), ("max_residuals", 1, 1 << 24)):
         value = profile.datapath.get(key)

@@ -6,3 +6,6 @@ the reference; the tests run both on the same bytes (the kernel's through
 BPF_PROG_TEST_RUN) and require the same answer. docs/lab/censor.md says where
 the two may differ and why.
 """
+
+KERNEL_DETECTORS = frozenset({"fet"})
+"""Detector kinds with a kernel program here (``datapath.fast_path = "ebpf"``)."""

@@ -300,3 +300,69 @@ def test_the_residual_table_is_capped_expired_entries_first_then_the_oldest():
     assert connect(eng, 41006, 1006, noise).drop  # full of live blocks: the oldest goes
     assert [k[3] for k in eng.residual] == [1004, 1005, 1006]
     assert connect(eng, 41005, 1005, b"GET / HTTP/1.1\r\n\r\n").drop  # still blocked
+
+
+def tap_fet_engine(p: float, seed: int, action: str = "residual"):
+    over = {"policy": {"rules": [{"detector": "fet", "action": action, "probability": p}]},
+            "actions": {"residual": {"seconds": [120, 180]}},
+            "datapath": {"mode": "on-path", "fast_path": "ebpf"}}
+    clock = Clock()
+    eng = Engine(load_profile("gfw-fet-2021", over), clock=clock, rng=random.Random(seed),
+                 in_path=False)
+    eng.watch_births()
+    return eng, clock
+
+
+@pytest.mark.parametrize("p", [0.0, 0.263, 1.0])
+def test_a_kernel_judged_flow_gets_what_handle_gives_the_same_first_payload(p):
+    """The kernel fast path (censor_sim/bpf) hands the engine a not-exempt flow's first
+    payload with its evidence; the policy's answer, its events and its residuals are
+    those of the tap engine that judged the same payload itself, draw for draw."""
+    from censor_sim.detectors import fet
+
+    rng = random.Random(11)
+    payloads = [rng.randbytes(64) for _ in range(40)]
+    payloads = [x for x in payloads if fet.exemption(x) is None]
+    reference, _ = tap_fet_engine(p, seed=5)
+    kernel, _ = tap_fet_engine(p, seed=5)
+    for i, payload in enumerate(payloads):
+        pkt = tcp(CLIENT, SERVER, 20000 + i, 10000 + i, PSH | ACK, payload)  # own triple
+        want = reference.handle(pkt, True)
+        got = kernel.judged_in_kernel(pkt, "fet", fet.not_exempt_evidence(payload))
+        assert (got.drop, got.flow, got.inject) == (want.drop, want.flow, want.inject)
+    assert kernel.effects.events == reference.effects.events
+    assert kernel.effects.residuals == reference.effects.residuals
+    assert kernel.stats == reference.stats
+    fired = sum(e["event"] == "action" for e in kernel.effects.events)
+    assert (fired == 0) if p == 0 else (fired == len(payloads)) if p == 1 else 0 < fired
+    # Each flow is reported once and then forgotten: the table does not grow.
+    assert len(kernel.flows._flows) == 0
+
+
+def test_a_kernel_report_inside_a_residual_is_the_residuals():
+    from censor_sim.detectors import fet
+
+    eng, clock = tap_fet_engine(1.0, seed=1)
+    payload = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
+    evidence = fet.not_exempt_evidence(payload)
+    eng.judged_in_kernel(tcp(CLIENT, SERVER, 20000, 443, PSH | ACK, payload), "fet", evidence)
+    assert eng.stats["actions"] == 1 and len(eng.effects.residuals) == 1
+    clock.t += 1  # a later flow on the same triple (its SYN got through before the entry)
+    eng.judged_in_kernel(tcp(CLIENT, SERVER, 20001, 443, PSH | ACK, payload), "fet", evidence)
+    assert eng.stats["actions"] == 1 and eng.stats["detections"] == 1
+
+
+@pytest.mark.parametrize("datapath, why", [
+    ({"mode": "on-path", "fast_path": "ebpf"}, None),
+    ({"mode": "in-path", "fast_path": "ebpf"}, "needs datapath.mode = 'on-path'"),
+    ({"mode": "on-path", "fast_path": "xdp"}, "must be 'ebpf'"),
+    ({"mode": "on-path", "fast_path": None}, None),
+])
+def test_the_fast_path_is_checked_when_the_profile_loads(datapath, why):
+    got = unsupported(load_profile("gfw-fet-2021", {"datapath": datapath}))
+    assert got == why if why is None else why in got
+
+
+def test_the_fast_path_refuses_detectors_without_a_kernel_program():
+    sni = load_profile("sni-blocklist", {"datapath": {"mode": "on-path", "fast_path": "ebpf"}})
+    assert "has no kernel program (these do: fet)" in unsupported(sni)
