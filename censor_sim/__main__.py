@@ -2,14 +2,17 @@
 
 It installs the kernel datapath for a profile, binds the NFQUEUE queues that
 carry the first packets of undecided flows (or, for an on-path profile, the
-NFLOG groups that carry copies of them), runs the policy engine on them,
+NFLOG groups that carry copies of them, or with ``datapath.fast_path`` the
+kernel program that judges them itself), runs the policy engine on them,
 injects forged packets, and reports every detection, action and probe as a
 JSON line. On SIGTERM it reports its final counters, CPU time and per-packet
 cost, then removes everything it installed.
 
 Config keys: ``profile``, ``overrides``, ``inside`` and ``outside`` (the
 censor's client-side and world-side interfaces; needed by profiles that
-inspect packets), ``seed``, and ``prober`` ("HOST:PORT" of the probe service).
+inspect packets), ``seed``, ``prober`` ("HOST:PORT" of the probe service), and
+``time_kernel_program`` (benchmarks: the kernel program's own run time goes in
+the final counters).
 """
 
 from __future__ import annotations
@@ -170,7 +173,9 @@ async def run(config: dict, poll: float) -> None:
     runner: Runner = QueueRunner(engine)
     if fast_path:
         engine.watch_births()  # the program opens flows on the SYNs it sees
-        runner = KernelRunner(engine, config["inside"])
+        runner = KernelRunner(engine, config["inside"], int(dp.get("tap_batch", 1)),
+                              int(dp.get("tap_wait_ms", 0)),
+                              time_program=bool(config.get("time_kernel_program")))
     elif on_path and queue is not None:
         runner = TapRunner(engine, queue.tap_batch, queue.tap_wait_cs)
     sysctls: dict[str, str] = {}

@@ -77,6 +77,10 @@ struct fet_event {
 
 struct fet_config {
 	__u32 any_port; /* 1: every server port is targeted; else fet_ports lists them */
+	__u32 pad;
+	/* Wake the reader once this many bytes of reports wait (a batch); fewer wait
+	 * for its timer. 0 wakes it for every report. */
+	__u64 wakeup_bytes;
 };
 
 struct lpm4 {
@@ -203,7 +207,8 @@ static __always_inline int known_protocol(const __u8 *p, __u32 n)
 
 /* One pass over the judged bytes, a byte per bpf_loop step: the verifier checks
  * the step once, where an open-coded loop of FET_MAX_PAYLOAD iterations with a
- * branch or two per byte exceeds its million-instruction budget. */
+ * branch or two per byte exceeds its million-instruction budget (so does eight
+ * bytes per step, unrolled: the branches' constants defeat its state pruning). */
 struct tally {
 	struct scratch *buf;
 	__u32 bits, printable, run, longest, leading, seen_unprintable;
@@ -294,7 +299,16 @@ static __always_inline void judge(struct __sk_buff *skb, const struct flow_key *
 		bpf_ringbuf_discard(ev, 0);
 		return;
 	}
-	bpf_ringbuf_submit(ev, 0);
+	__u32 zero_key = 0;
+	struct fet_config *cfg = bpf_map_lookup_elem(&fet_config, &zero_key);
+	__u64 wake = 0;
+
+	/* A wakeup per report costs the reader a trip through its event loop per
+	 * flow; like an NFLOG batch, reports wait for a batch or the reader's timer. */
+	if (cfg && cfg->wakeup_bytes)
+		wake = bpf_ringbuf_query(&fet_events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes
+			? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(ev, wake);
 }
 
 SEC("tc")

@@ -12,9 +12,10 @@ BPF_PROG_TEST_RUN: the kernel runs the program on a frame we built).
 from __future__ import annotations
 
 import ipaddress
+import os
 import struct
-from dataclasses import dataclass
-from typing import Any
+from socket import AF_INET, AF_INET6, inet_ntop, ntohs
+from typing import Any, NamedTuple
 
 from . import libbpf
 from .build import compiled
@@ -29,14 +30,18 @@ COUNTERS = ("packets", "flows", "judged", "ex1", "ex2", "ex3", "ex4", "ex5", "no
             "lost", "truncated")
 """fet.bpf.c's counter slots, in order."""
 
-_FLOW = struct.Struct("=16s16sHHB3x")  # struct flow_key; ports in network order
-_EVENT = struct.Struct(f"={_FLOW.size}s8IB3x")  # struct fet_event, up to its payload
+# struct fet_event up to its payload: struct flow_key (ports in network order),
+# then the measurements and the TCP numbers.
+_EVENT = struct.Struct("=16s16sHHB3x8IB3x")
 _U32 = struct.Struct("=I")
+_CONFIG = struct.Struct("=IIQ")  # struct fet_config
 
 
-@dataclass(frozen=True, slots=True)
-class FetReport:
-    """A flow whose first payload no rule exempted, as the kernel measured it."""
+class FetReport(NamedTuple):
+    """A flow whose first payload no rule exempted, as the kernel measured it.
+
+    A named tuple, not a frozen dataclass: the censor decodes one per flow it acts
+    on, and a frozen dataclass's field-by-field __init__ was most of that cost."""
 
     client: str
     client_port: int
@@ -55,17 +60,14 @@ class FetReport:
 
     @classmethod
     def decode(cls, raw: bytes) -> FetReport:
-        (flow, length, wire, bits, leading, printable, longest, seq, ack,
-         flags) = _EVENT.unpack_from(raw)
-        client, server, cport, sport, family = _FLOW.unpack(flow)
+        (client, server, cport, sport, family, length, wire, bits, leading, printable,
+         longest, seq, ack, flags) = _EVENT.unpack_from(raw)
         if family == 4:
-            c, s = str(ipaddress.IPv4Address(client[:4])), str(ipaddress.IPv4Address(server[:4]))
+            c, s = inet_ntop(AF_INET, client[:4]), inet_ntop(AF_INET, server[:4])
         else:
-            c, s = str(ipaddress.IPv6Address(client)), str(ipaddress.IPv6Address(server))
-        return cls(c, int.from_bytes(cport.to_bytes(2, "little"), "big"), s,
-                   int.from_bytes(sport.to_bytes(2, "little"), "big"), length, wire, bits,
-                   leading, printable, longest, seq, ack, flags,
-                   raw[_EVENT.size:_EVENT.size + length])
+            c, s = inet_ntop(AF_INET6, client), inet_ntop(AF_INET6, server)
+        return cls(c, ntohs(cport), s, ntohs(sport), length, wire, bits, leading, printable,
+                   longest, seq, ack, flags, raw[_EVENT.size:_EVENT.size + length])
 
     def evidence(self) -> dict[str, Any]:
         """What the censor logs of the flow, field for field as
@@ -79,25 +81,28 @@ class FetReport:
 
 class FetClassifier:
     """fet.bpf.c loaded into the kernel, targeting ``servers`` (CIDR prefixes; none
-    means every server) and ``ports`` (none means every port).
+    means every server) and ``ports`` (none means every port). With ``batch`` above
+    1, :meth:`events_fileno` turns readable only once that many reports wait, and
+    the caller drains the rest on a timer of its own (as an NFLOG batch).
 
     Needs CAP_BPF and CAP_NET_ADMIN (root in the lab). Close it, or use it as a
     context manager: the program, its maps and any tc attachment go with it."""
 
     def __init__(self, servers: list[str] | tuple[str, ...] = (),
-                 ports: list[int] | tuple[int, ...] = ()) -> None:
+                 ports: list[int] | tuple[int, ...] = (), batch: int = 1) -> None:
         self._obj = libbpf.BpfObject(compiled("fet"))
         self._attachments: list[libbpf.TcAttachment] = []
         self._events: libbpf.RingBuffer | None = None
+        self._stats_fd: int | None = None
         try:
             self.prog_fd = self._obj.program_fd(PROGRAM)
-            self._configure(list(servers), list(ports))
+            self._configure(list(servers), list(ports), batch)
             self._events = libbpf.RingBuffer(self._obj.map_fd("fet_events"))
         except BaseException:
             self.close()
             raise
 
-    def _configure(self, servers: list[str], ports: list[int]) -> None:
+    def _configure(self, servers: list[str], ports: list[int], batch: int) -> None:
         nets = [ipaddress.ip_network(s, strict=False) for s in servers] or [
             ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")]
         for net in nets:
@@ -109,8 +114,12 @@ class FetClassifier:
                 raise ValueError(f"not a TCP port: {port!r}")
             libbpf.map_update(self._obj.map_fd("fet_ports"), struct.pack("=H", int(port)),
                               b"\x01")
+        if not 1 <= batch <= 1024:
+            raise ValueError(f"batch: from 1 to 1024 reports, not {batch!r}")
+        # A ring buffer record is the event behind an 8-byte header, 8-aligned.
+        record = -(-(_EVENT.size + MAX_PAYLOAD + 8) // 8) * 8
         libbpf.map_update(self._obj.map_fd("fet_config"), _U32.pack(0),
-                          _U32.pack(0 if ports else 1))
+                          _CONFIG.pack(0 if ports else 1, 0, 0 if batch == 1 else batch * record))
 
     def attach(self, ifname: str) -> None:
         """Run on every packet arriving at ``ifname`` (this namespace's), from now on."""
@@ -148,7 +157,19 @@ class FetClassifier:
             out[name] = sum(struct.unpack(f"={len(raw) // 8}Q", raw))
         return out
 
+    def measure_run_time(self) -> None:
+        """From now on, have the kernel time the program (:meth:`run_time`)."""
+        if self._stats_fd is None:
+            self._stats_fd = libbpf.enable_run_time_stats()
+
+    def run_time(self) -> tuple[int, int]:
+        """(nanoseconds, runs) of the program since :meth:`measure_run_time`."""
+        return libbpf.program_run_stats(self.prog_fd)
+
     def close(self) -> None:
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
+            self._stats_fd = None
         for a in self._attachments:
             a.detach()
         self._attachments.clear()

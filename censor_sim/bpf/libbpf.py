@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import struct
 from functools import cache
 from pathlib import Path
 
@@ -68,6 +69,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
     "bpf_prog_test_run_opts": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(_TestRunOpts)]),
     "libbpf_num_possible_cpus": (ctypes.c_int, []),
+    "bpf_enable_stats": (ctypes.c_int, [ctypes.c_int]),
+    "bpf_obj_get_info_by_fd": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_uint32)]),
     "bpf_tc_hook_create": (ctypes.c_int, [ctypes.POINTER(_TcHook)]),
     "bpf_tc_hook_destroy": (ctypes.c_int, [ctypes.POINTER(_TcHook)]),
     "bpf_tc_attach": (ctypes.c_int, [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]),
@@ -106,6 +110,35 @@ def _check(rc: int, what: str) -> int:
 def possible_cpus() -> int:
     """How many values a per-CPU map holds per key."""
     return _check(lib().libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+BPF_STATS_RUN_TIME = 0
+# struct bpf_prog_info's run_time_ns and run_cnt (two u64s at offset 192 since
+# Linux 5.1; the UAPI struct only grows at its end). tests/censor_sim/bpf checks
+# the offset against the installed header.
+_PROG_INFO_RUN_STATS = 192
+_RUN_STATS = struct.Struct("=QQ")
+
+
+def enable_run_time_stats() -> int:
+    """Count every program's run time and runs until the returned descriptor is
+    closed (BPF_ENABLE_STATS): nothing global is left behind if the process dies,
+    unlike the kernel.bpf_stats_enabled sysctl."""
+    rc = lib().bpf_enable_stats(BPF_STATS_RUN_TIME)
+    if rc < 0:
+        err = ctypes.get_errno() or -rc
+        raise BpfError(err, f"bpf_enable_stats: {os.strerror(err)}")
+    return rc
+
+
+def program_run_stats(prog_fd: int) -> tuple[int, int]:
+    """(nanoseconds run, runs) of a program, while run-time stats are enabled."""
+    size = _PROG_INFO_RUN_STATS + _RUN_STATS.size
+    info = ctypes.create_string_buffer(size)
+    length = ctypes.c_uint32(size)
+    _check(lib().bpf_obj_get_info_by_fd(prog_fd, info, ctypes.byref(length)),
+           "bpf_obj_get_info_by_fd")
+    return _RUN_STATS.unpack_from(info.raw, _PROG_INFO_RUN_STATS)
 
 
 class BpfObject:

@@ -133,3 +133,24 @@ def test_the_fast_path_refuses_what_it_cannot_run(censor_lab, tmp_path):
         assert "datapath.fast_path" in done.stderr and why in done.stderr
         assert "fet_classify" not in tc_state(censor_lab)
 
+
+
+def test_batched_reports_come_at_a_batch_or_on_the_timer(censor_lab, run_censor, echo, tcp):
+    """With tap_batch and tap_wait_ms, the reader is woken per batch, and what waits
+    short of one is drained by its timer: every flow is still reported, once, in a
+    few drains rather than one per flow."""
+    srv, port, flows = censor_lab.addr("bridge"), 7164, 10
+    echo([port])
+    over = kernel_fet("residual", probability=0.0)
+    over["datapath"].update(tap_batch=4, tap_wait_ms=1000)
+    censor = run_censor("gfw-fet-2021", over)
+    for _ in range(flows):  # two batches of 4, and 2 for the timer
+        assert tcp(srv, port, [NOISE]) == "ok"
+    wait_for(censor, "detection", flows)
+    final = censor.stop()
+    assert len([d for d in censor.events("detection")
+                if d["flow"]["server_port"] == port]) == flows
+    assert final["queued"] == flows
+    # 3 drains, or 4 if a tick of the 1 s timer fell among the flows; one per flow
+    # without batching.
+    assert 3 <= final["report_batches"] <= 4

@@ -11,6 +11,7 @@ hypothesis covers the rest.
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +22,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw, raw
 
+from censor_sim.bpf import libbpf
 from censor_sim.bpf.fetclassifier import MAX_PAYLOAD, TC_ACT_OK, FetClassifier
 from censor_sim.detectors import fet
 
@@ -204,3 +206,21 @@ def test_malformed_frames_pass_untouched(classifier, data):
     after = classifier.counters()
     assert after["packets"] == before["packets"] + 1
     assert len(classifier.reports()) <= after["judged"] - before["judged"] <= 1
+
+
+def test_run_time_stats_count_each_run_while_enabled(classifier, tmp_path):
+    """The program's own CPU, for the benchmark's kernel row: runs and nanoseconds,
+    read at the offset the installed <linux/bpf.h> gives (checked here with cc)."""
+    src = tmp_path / "off.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <linux/bpf.h>\n"
+                   "int main(void) { printf(\"%zu\", offsetof(struct bpf_prog_info, "
+                   "run_time_ns)); return 0; }\n")
+    subprocess.run(["cc", str(src), "-o", str(tmp_path / "off")], check=True)
+    offset = subprocess.run([str(tmp_path / "off")], capture_output=True, text=True, check=True)
+    assert int(offset.stdout) == libbpf._PROG_INFO_RUN_STATS
+    classifier.measure_run_time()
+    ns0, runs0 = classifier.run_time()
+    for _ in range(3):
+        classifier.run_frame(frame(flags="A", sport=30500))
+    ns1, runs1 = classifier.run_time()
+    assert runs1 - runs0 == 3 and ns1 > ns0
