@@ -19,12 +19,16 @@ from typing import Any, NamedTuple
 
 from . import libbpf
 from .build import compiled
+from .ringbuf import RingReader
 
 PROGRAM = "fet_classify"
 TC_ACT_OK = 0
 """The program's verdict on every packet: pass. Blocking is the policy's, in user space."""
 MAX_PAYLOAD = 1460
 """fet.bpf.c's FET_MAX_PAYLOAD: a longer (GSO) payload is judged on this many bytes."""
+
+EVENTS_BYTES = 1 << 22
+"""fet.bpf.c's fet_events ring buffer, in bytes."""
 
 COUNTERS = ("packets", "flows", "judged", "ex1", "ex2", "ex3", "ex4", "ex5", "not_exempt",
             "lost", "truncated")
@@ -92,12 +96,12 @@ class FetClassifier:
                  ports: list[int] | tuple[int, ...] = (), batch: int = 1) -> None:
         self._obj = libbpf.BpfObject(compiled("fet"))
         self._attachments: list[libbpf.TcAttachment] = []
-        self._events: libbpf.RingBuffer | None = None
+        self._events: RingReader | None = None
         self._stats_fd: int | None = None
         try:
             self.prog_fd = self._obj.program_fd(PROGRAM)
             self._configure(list(servers), list(ports), batch)
-            self._events = libbpf.RingBuffer(self._obj.map_fd("fet_events"))
+            self._events = RingReader(self._obj.map_fd("fet_events"), EVENTS_BYTES)
         except BaseException:
             self.close()
             raise
@@ -142,10 +146,10 @@ class FetClassifier:
         return [FetReport.decode(raw) for raw in self._events.drain()]
 
     def events_fileno(self) -> int:
-        """Readable when reports wait (an epoll descriptor)."""
+        """Readable when the program has woken the reader (the ring buffer map)."""
         if self._events is None:
             raise ValueError("the classifier is closed")
-        return self._events.fileno()
+        return self._events.fd
 
     def counters(self) -> dict[str, int]:
         """The program's counters, summed over CPUs."""

@@ -1,8 +1,9 @@
 """The few libbpf calls the censor's kernel fast path needs, through ctypes.
 
 Why ctypes on Debian's libbpf1 rather than a Python package: no maintained
-wheel wraps libbpf for loading an object, attaching it to tc and reading a ring
-buffer, and libbpf is already on every lab machine (iproute2 links it). These
+wheel wraps libbpf for loading an object and attaching it to tc, and libbpf is
+already on every lab machine (iproute2 links it). The ring buffer is read
+without it (ringbuf.py). These
 wrappers turn libbpf's negative error codes and NULLs into exceptions that
 name the call and the errno.
 """
@@ -55,8 +56,6 @@ class _TcOpts(ctypes.Structure):
                 ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
 
 
-SampleFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-
 _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_object__open_file": (ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_void_p]),
     "bpf_object__load": (ctypes.c_int, [ctypes.c_void_p]),
@@ -76,12 +75,6 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_tc_hook_destroy": (ctypes.c_int, [ctypes.POINTER(_TcHook)]),
     "bpf_tc_attach": (ctypes.c_int, [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]),
     "bpf_tc_detach": (ctypes.c_int, [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]),
-    "ring_buffer__new": (ctypes.c_void_p, [ctypes.c_int, SampleFn, ctypes.c_void_p,
-                                           ctypes.c_void_p]),
-    "ring_buffer__free": (None, [ctypes.c_void_p]),
-    "ring_buffer__poll": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
-    "ring_buffer__consume": (ctypes.c_int, [ctypes.c_void_p]),
-    "ring_buffer__epoll_fd": (ctypes.c_int, [ctypes.c_void_p]),
 }
 
 
@@ -255,41 +248,3 @@ def _ifindex(ifname: str) -> int:
         return int(Path(f"/sys/class/net/{ifname}/ifindex").read_text())
     except (OSError, ValueError) as e:
         raise BpfError(19, f"no interface {ifname!r} in this namespace") from e
-
-
-class RingBuffer:
-    """A BPF ring buffer's records, read in batches: :meth:`drain` hands back the
-    raw bytes of every record waiting. :meth:`fileno` is an epoll descriptor that
-    turns readable when records arrive, for the censor's event loop."""
-
-    def __init__(self, map_fd: int) -> None:
-        self._records: list[bytes] = []
-
-        def sample(_ctx: int | None, data: int, size: int) -> int:
-            self._records.append(ctypes.string_at(data, size))
-            return 0
-
-        self._callback = SampleFn(sample)  # kept: libbpf holds only the C pointer
-        ptr = lib().ring_buffer__new(map_fd, self._callback, None, None)
-        if not ptr:
-            err = ctypes.get_errno() or 22
-            raise BpfError(err, f"ring_buffer__new: {os.strerror(err)}")
-        self._ptr: int | None = ptr
-
-    def drain(self) -> list[bytes]:
-        """Every record waiting now, oldest first."""
-        if self._ptr is None:
-            return []
-        _check(lib().ring_buffer__consume(self._ptr), "ring_buffer__consume")
-        out, self._records = self._records, []
-        return out
-
-    def fileno(self) -> int:
-        if self._ptr is None:
-            raise ValueError("the ring buffer is closed")
-        return _check(lib().ring_buffer__epoll_fd(self._ptr), "ring_buffer__epoll_fd")
-
-    def close(self) -> None:
-        if self._ptr is not None:
-            lib().ring_buffer__free(self._ptr)
-            self._ptr = None

@@ -11,6 +11,7 @@ hypothesis covers the rest.
 from __future__ import annotations
 
 import itertools
+import random
 import subprocess
 from collections.abc import Iterator
 
@@ -224,3 +225,26 @@ def test_run_time_stats_count_each_run_while_enabled(classifier, tmp_path):
         classifier.run_frame(frame(flags="A", sport=30500))
     ns1, runs1 = classifier.run_time()
     assert runs1 - runs0 == 3 and ns1 > ns0
+
+
+def test_reports_survive_the_ring_buffers_wrap(classifier):
+    """More reports than the 4 MiB ring holds, read 500 at a time: each comes back
+    whole and in order across the end of the ring, where a record wraps (the data
+    area is mapped twice in a row, censor_sim/bpf/ringbuf.py)."""
+    from censor_sim.bpf.fetclassifier import EVENTS_BYTES
+
+    flows = EVENTS_BYTES // MAX_PAYLOAD + 600  # each record is longer than MAX_PAYLOAD
+    rng = random.Random(9)
+    got, sent = [], []
+    for i in range(flows):
+        payload = NP4 * 21 + NP3 * 29 + rng.randbytes(rng.randrange(0, 40))
+        sport = 1024 + i
+        classifier.run_frame(frame(flags="S", sport=sport, dport=8443))
+        classifier.run_frame(frame(payload, sport=sport, dport=8443))
+        sent.append((sport, payload))
+        if i % 500 == 499:
+            got += classifier.reports()
+    got += classifier.reports()
+    assert [(r.client_port, r.payload) for r in got] == [
+        (s, p) for s, p in sent if fet.exemption(p) is None]
+    assert classifier.counters()["lost"] == 0
