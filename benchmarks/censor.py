@@ -84,6 +84,10 @@ def start_censor(lab: Lab, tmp: Path, profile: str, overrides: dict,
 # The tap's batching in the on-path rows: copies come up to 64 at a time, or
 # 10 ms after the first. The packets themselves never wait.
 TAP_BATCH, TAP_WAIT_MS = 64, 10
+# And the largest batches a profile may ask for, up to 1,024 copies or reports
+# or 100 ms after the first: "verdicts in batches", weighed for both the tap and
+# the kernel fast path (the censor reacts up to 100 ms later).
+BIG_BATCH, BIG_WAIT_MS = 1024, 100
 
 
 def start_floor(lab: Lab, tmp: Path, mechanism: str = "queue", batch: int = 1) -> LabProcess:
@@ -565,8 +569,12 @@ TAP_FLOOR = f"NFLOG floor (no engine, batch {TAP_BATCH})"
 FET_IN_PATH = "gfw-fet-2021 (p=0, all inspected)"
 FET_TAP = "gfw-fet-2021 on-path (NFLOG tap)"
 FET_KERNEL = "gfw-fet-2021 on-path, FET in the kernel"
+FET_TAP_BIG = f"gfw-fet-2021 on-path, batch {BIG_BATCH}/{BIG_WAIT_MS} ms"
+FET_KERNEL_BIG = f"FET in the kernel, batch {BIG_BATCH}/{BIG_WAIT_MS} ms"
 GOAL_ROWS = {FET_IN_PATH: "gfw-fet-2021 in-path", FET_TAP: "gfw-fet-2021 on-path (tap)",
-             FET_KERNEL: "gfw-fet-2021 kernel fast path"}
+             FET_KERNEL: "gfw-fet-2021 kernel fast path",
+             FET_TAP_BIG: f"tap, batch {BIG_BATCH}/{BIG_WAIT_MS} ms",
+             FET_KERNEL_BIG: f"kernel, batch {BIG_BATCH}/{BIG_WAIT_MS} ms"}
 FLOW_FLOORS = {QUEUE_FLOOR: GOAL_ROWS[FET_IN_PATH], TAP_FLOOR: GOAL_ROWS[FET_TAP]}
 
 
@@ -609,6 +617,9 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
     tap = {**fet_p0, "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
                                   "tap_wait_ms": TAP_WAIT_MS}}
     kernel = {**fet_p0, "datapath": {**tap["datapath"], "fast_path": "ebpf"}}
+    big = {"tap_batch": BIG_BATCH, "tap_wait_ms": BIG_WAIT_MS}
+    tap_big = {**fet_p0, "datapath": {**tap["datapath"], **big}}
+    kernel_big = {**fet_p0, "datapath": {**kernel["datapath"], **big}}
     rows: list[tuple[str, Any]] = [
         (QUEUE_FLOOR, lambda: start_floor(lab, tmp, "queue")),
         (TAP_FLOOR, lambda: start_floor(lab, tmp, "tap", TAP_BATCH)),
@@ -621,6 +632,9 @@ def new_flows(lab: Lab, tmp: Path, args: argparse.Namespace,
         (FET_TAP, lambda: start_censor(lab, tmp, "gfw-fet-2021", tap)),
         (FET_KERNEL, lambda: start_censor(lab, tmp, "gfw-fet-2021", kernel,
                                           time_kernel_program=True)),
+        (FET_TAP_BIG, lambda: start_censor(lab, tmp, "gfw-fet-2021", tap_big)),
+        (FET_KERNEL_BIG, lambda: start_censor(lab, tmp, "gfw-fet-2021", kernel_big,
+                                              time_kernel_program=True)),
     ]
     ratios: dict[str, dict[str, float]] = {}
     port = 7300

@@ -128,9 +128,9 @@ def test_cost_prints_every_row_against_direct_clean_and_lossy(capsys, tmp_path):
 
 @pytest.mark.lab
 def test_censor_flows_measures_every_row_against_censor_off(capsys):
-    """Both floors and the five censor rows, in-path, tapped (births watched, and
-    SYNs copied) and in the kernel, for TCP and UDP: each row carried flows with its
-    mechanism in place.
+    """Both floors and the seven censor rows, in-path, tapped (births watched, and
+    SYNs copied) and in the kernel, the last two also with the largest batches, for
+    TCP and UDP: each row carried flows with its mechanism in place.
     FET reads TCP alone, so its censors see no UDP at all."""
     bench = load("censor")
     with pytest.raises(SystemExit):
@@ -140,9 +140,10 @@ def test_censor_flows_measures_every_row_against_censor_off(capsys):
     tcp, udp = out.split("new UDP flows")
     assert "new TCP flows" in tcp
     rows = [line for line in out.splitlines() if "on/off = " in line]
-    assert len(rows) == 14
+    assert len(rows) == 18
     assert all(float(r.split("on/off = ")[1].split()[0]) > 0 for r in rows)
-    assert out.count("last run: nfqueue") == 4 and out.count("last run: nflog") == 4
+    assert out.count("last run: nfqueue") == 4 and out.count("last run: nflog") == 6
+    assert out.count("last run: ebpf") == 4
 
     def seen(part: str) -> list[int]:
         return [int(line.split(" packets seen")[0].split()[-1]) for line in part.splitlines()
@@ -150,16 +151,16 @@ def test_censor_flows_measures_every_row_against_censor_off(capsys):
 
     # Every mechanism saw the TCP flows; with UDP, the floors and issue 22's
     # detectors (which read UDP) did, and the three FET-only censors saw nothing.
-    assert len(seen(tcp)) == 6 and all(n > 0 for n in seen(tcp))
-    floor_q, floor_tap, fet, fet_vpn, tap_syn, tap = seen(udp)
+    assert len(seen(tcp)) == 7 and all(n > 0 for n in seen(tcp))
+    floor_q, floor_tap, fet, fet_vpn, tap_syn, tap, tap_big = seen(udp)
     assert floor_q > 0 and floor_tap > 0 and fet_vpn > 0
-    assert fet == tap_syn == tap == 0
+    assert fet == tap_syn == tap == tap_big == 0
     assert "FET saw no packet" in udp
     # Issue 23's goals close the run: the flows ratio and CPU per queued packet, in-path
     # and tapped (forwarding and pcap mode are other parts).
     goals = out.split("issue 23's goals, this run:")[1].splitlines()
-    assert sum("new TCP flows/s" in g for g in goals) == 3
-    assert sum("CPU per queued packet" in g for g in goals) == 3
+    assert sum("new TCP flows/s" in g for g in goals) == 5
+    assert sum("CPU per queued packet" in g for g in goals) == 5
     assert not any("pcap mode" in g or "forwarding" in g for g in goals)
     # Each beside its mechanism's floor from the same run.
     assert sum("(floor " in g for g in goals) == 4
@@ -167,7 +168,7 @@ def test_censor_flows_measures_every_row_against_censor_off(capsys):
     # reported the not-exempt ones; with UDP it judged nothing (FET reads TCP).
     judged = [int(line.split(" payloads judged")[0].split()[-1])
               for line in out.splitlines() if "payloads judged in the kernel" in line]
-    assert len(judged) == 2 and judged[0] > 0 and judged[1] == 0
+    assert len(judged) == 4 and judged[0] > 0 and judged[1] > 0 and judged[2:] == [0, 0]
     assert any("kernel fast path" in g and "CPU per queued packet" in g for g in goals)
 
 
