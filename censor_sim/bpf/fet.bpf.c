@@ -205,34 +205,9 @@ static __always_inline int known_protocol(const __u8 *p, __u32 n)
 	return 0;
 }
 
-/* One pass over the judged bytes, a byte per bpf_loop step: the verifier checks
- * the step once, where an open-coded loop of FET_MAX_PAYLOAD iterations with a
- * branch or two per byte exceeds its million-instruction budget (so does eight
- * bytes per step, unrolled: the branches' constants defeat its state pruning). */
-struct tally {
-	struct scratch *buf;
-	__u32 bits, printable, run, longest, leading, seen_unprintable;
-};
-
-static long tally_byte(__u32 i, void *arg)
-{
-	struct tally *t = arg;
-	__u32 b = t->buf->data[i & (SCRATCH - 1)];
-
-	t->bits += popcount8(b);
-	if (b >= 0x20 && b <= 0x7e) {
-		t->printable += 1;
-		t->run += 1;
-		if (t->run > t->longest)
-			t->longest = t->run;
-		if (!t->seen_unprintable)
-			t->leading += 1;
-	} else {
-		t->run = 0;
-		t->seen_unprintable = 1;
-	}
-	return 0;
-}
+/* An opaque copy: the compiler can no longer see where the value came from, so
+ * it cannot fold the arithmetic around it back into a compare and a branch. */
+#define OPAQUE(x) asm volatile("" : "+r"(x))
 
 static __always_inline void judge(struct __sk_buff *skb, const struct flow_key *k,
 				  const struct tcphdr *tcp, __u32 offset, __u32 wire_length)
@@ -250,13 +225,33 @@ static __always_inline void judge(struct __sk_buff *skb, const struct flow_key *
 	}
 	if (n < 1 || bpf_skb_load_bytes(skb, offset, buf->data, n) < 0)
 		return;
-	struct tally t = {.buf = buf};
+	/* One pass over the judged bytes with no branch but the loop's: the verifier
+	 * walks each of up to FET_MAX_PAYLOAD iterations, and a branch per byte would
+	 * multiply its paths past its million-instruction budget. */
+	__u64 b64, p, t, bits64 = 0, printable64 = 0, run = 0, longest64 = 0, leading64 = 0;
+	__u64 seen = 0;
+	__s64 d;
 
-	bpf_loop(n, tally_byte, &t, 0);
-	bits = t.bits;
-	printable = t.printable;
-	longest = t.longest;
-	leading = t.leading;
+	for (__u32 i = 0; i < FET_MAX_PAYLOAD; i++) {
+		if (i >= n)
+			break;
+		b64 = buf->data[i & (SCRATCH - 1)];
+		t = 0x5e - ((b64 - 0x20) & 0xff); /* wraps (top bit set) unless printable */
+		OPAQUE(t);
+		p = (t >> 63) ^ 1;
+		bits64 += popcount8(b64);
+		printable64 += p;
+		run = (run + 1) * p;
+		d = (__s64)(longest64 - run);
+		OPAQUE(d);
+		longest64 -= (__u64)(d & (d >> 63)); /* max(longest, run) */
+		leading64 += p & (seen ^ 1);
+		seen |= p ^ 1;
+	}
+	bits = bits64;
+	printable = printable64;
+	longest = longest64;
+	leading = leading64;
 	/* Algorithm 1, in integers as the Python detector compares them. */
 	if (10 * bits <= 34 * n || 10 * bits >= 46 * n) {
 		count(C_EX1);
