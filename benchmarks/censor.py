@@ -525,7 +525,8 @@ class ConntrackFloor:
 # Each goal row's floor: the row measured with the same mechanism and no engine.
 CONNTRACK_FLOOR = "conntrack alone (floor)"
 FORWARDING_FLOORS = {"gfw-fet-2021": CONNTRACK_FLOOR,
-                     "gfw-fet-2021 on-path (tap)": CONNTRACK_FLOOR}
+                     "gfw-fet-2021 on-path (tap)": CONNTRACK_FLOOR,
+                     "gfw-fet-2021 in the kernel": CONNTRACK_FLOOR}
 
 
 def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
@@ -543,6 +544,10 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
         "gfw-fet-2021 on-path (tap)": lambda: censor_running(lab, tmp, "gfw-fet-2021", {
             "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
                          "tap_wait_ms": TAP_WAIT_MS}}),
+        # The tc program runs on every packet from the client side, bulk data too.
+        "gfw-fet-2021 in the kernel": lambda: censor_running(lab, tmp, "gfw-fet-2021", {
+            "datapath": {"mode": "on-path", "tap_batch": TAP_BATCH,
+                         "tap_wait_ms": TAP_WAIT_MS, "fast_path": "ebpf"}}),
     }
     ratios: dict[str, float] = {}
     for label, running in cases.items():

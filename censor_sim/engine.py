@@ -213,7 +213,7 @@ class Engine:
         (its chance, actions and events, on the same terms). The kernel reports a
         flow once (a later connection on its 4-tuple is a new flow, opened by its
         own SYN) and shows nothing more of it, so the flow never enters the flow
-        table: a third of this call's cost went to adding and removing it.
+        table (adding and removing it cost 15–35 % of this call, offline).
         """
         self.stats["packets"] += 1
         self.stats["flows"] += 1

@@ -202,10 +202,19 @@ def test_run(prog_fd: int, data: bytes, repeat: int = 1) -> tuple[int, int]:
     return opts.retval, opts.duration
 
 
+BPF_TC_F_REPLACE = 1
+TC_HANDLE, TC_PRIORITY = 0x7074, 0x7074  # "pt": the lab's one slot on an interface
+
+
 class TcAttachment:
     """A tc program on an interface's ingress (clsact), in the calling thread's
     network namespace. The clsact qdisc is made if the interface lacks one and
-    then removed with the program; one that was there already is left."""
+    then removed with the program; one that was there already is left.
+
+    The filter always takes the same handle and priority, replacing what holds
+    them: a censor that was killed leaves its program on the interface until the
+    lab's namespace goes, and the next censor there takes its place instead of
+    running beside it."""
 
     def __init__(self, ifname: str, prog_fd: int) -> None:
         ifindex = _ifindex(ifname)
@@ -215,7 +224,8 @@ class TcAttachment:
         if rc < 0 and rc != -17:  # EEXIST: a clsact qdisc was there already
             _check(rc, f"bpf_tc_hook_create {ifname}")
         self._made_qdisc = rc == 0
-        self._opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), prog_fd=prog_fd)
+        self._opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), prog_fd=prog_fd,
+                             flags=BPF_TC_F_REPLACE, handle=TC_HANDLE, priority=TC_PRIORITY)
         try:
             _check(lib().bpf_tc_attach(ctypes.byref(self._hook), ctypes.byref(self._opts)),
                    f"bpf_tc_attach {ifname}")

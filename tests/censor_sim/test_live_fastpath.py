@@ -154,3 +154,28 @@ def test_batched_reports_come_at_a_batch_or_on_the_timer(censor_lab, run_censor,
     # 3 drains, or 4 if a tick of the 1 s timer fell among the flows; one per flow
     # without batching.
     assert 3 <= final["report_batches"] <= 4
+
+
+def test_a_killed_censors_program_is_replaced_not_doubled(censor_lab, run_censor, echo, tcp):
+    """SIGKILL leaves the program on the interface (it goes with the lab's
+    namespace); the next censor takes its slot rather than running beside it."""
+    import os
+    import signal
+
+    srv, port = censor_lab.addr("bridge"), 7166
+    echo([port])
+    first = run_censor("gfw-fet-2021", kernel_fet("residual", probability=0.0))
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.stop(timeout=5)
+    assert tc_state(censor_lab).count(" handle ") == 1  # left behind
+    second = run_censor("gfw-fet-2021", kernel_fet("residual", probability=0.0))
+    assert tc_state(censor_lab).count(" handle ") == 1  # replaced, not doubled
+    assert tcp(srv, port, [NOISE]) == "ok"
+    wait_for(second, "detection")
+    final = second.stop()
+    assert final["queued"] == 1 and final["kernel"]["judged"] == 1
+    assert "fet_classify" not in tc_state(censor_lab)
+    # The datapath table went too, as after any censor's exit.
+    nft = subprocess.run(["ip", "netns", "exec", censor_lab.ns("censor"), "nft", "list",
+                          "tables"], capture_output=True, text=True)
+    assert "ptlcensor" not in nft.stdout
