@@ -35,6 +35,7 @@ class Runner:
         # and what follows (the verdict, or the batch's marks, and any injection).
         self.parse_s = self.engine_s = 0.0
         self.errors = 0
+        self.marker: Any = None  # on-path runners: a ctmark.Marker
 
     def _error(self, exc: Exception) -> None:
         # A censor bug must not wedge the datapath: count it, report it, go on.
@@ -44,6 +45,27 @@ class Runner:
     def _inject(self, v: Verdict) -> None:
         for spec in v.inject:
             self.injector.send(spec)
+
+    def _act_on_path(self, v: Verdict, pkt: packet.Packet, marks: dict[tuple, int]) -> None:
+        """On-path, the packet has gone on: what is left of ``v`` is its forgeries,
+        and its flow decision, kept in ``marks`` to be written as conntrack marks
+        with the rest of the batch (:meth:`_write_marks`). An accept is not
+        written, nor a repeat of a decision already marked."""
+        self._inject(v)
+        mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
+        if mark and v.flow != "accept" and not v.repeat:
+            marks[pkt.flow_tuple()] = mark
+
+    def _write_marks(self, marks: dict[tuple, int]) -> None:
+        """A batch's flow marks in one ctnetlink exchange, then its event lines."""
+        if marks:
+            t0 = time.perf_counter()
+            try:
+                self.marker.mark(list(marks.items()))
+            except OSError as exc:
+                self._error(exc)
+            self.busy_s += time.perf_counter() - t0
+        sys.stdout.flush()
 
     def counters(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism}
@@ -150,7 +172,6 @@ class TapRunner(Runner):
         super().__init__(engine)
         self.batch, self.wait_cs = batch, wait_cs
         self.reader: Any = None
-        self.marker: Any = None
 
     def bind(self) -> None:
         from . import ctmark, nflog
@@ -187,22 +208,12 @@ class TapRunner(Runner):
                 v = handle(pkt, group == c2s)
                 self.parse_s += t1 - t0
                 self.engine_s += clock() - t1
-                self._inject(v)
-                mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
-                if mark and v.flow != "accept" and not v.repeat:
-                    marks[pkt.flow_tuple()] = mark
+                self._act_on_path(v, pkt, marks)
             except Exception as exc:
                 self._error(exc)
             finally:
                 self.busy_s += clock() - t0 + per_copy
-        if marks:
-            t0 = clock()
-            try:
-                self.marker.mark(list(marks.items()))
-            except OSError as exc:
-                self._error(exc)
-            self.busy_s += clock() - t0
-        sys.stdout.flush()
+        self._write_marks(marks)
 
     def counters(self) -> dict[str, Any]:
         return {**super().counters(),
@@ -245,7 +256,6 @@ class KernelRunner(Runner):
         # censor process's, and a per-flow figure must count both).
         self.time_program = time_program
         self.classifier: Any = None
-        self.marker: Any = None
         (self.inspector,) = engine.inspectors  # engine.unsupported allows one
 
     def bind(self) -> None:
@@ -301,22 +311,12 @@ class KernelRunner(Runner):
                 v = judged(pkt, name, r.evidence())
                 self.parse_s += t1 - t0
                 self.engine_s += clock() - t1
-                self._inject(v)
-                mark = datapath.FLOW_MARKS.get(v.flow or "", 0)
-                if mark and v.flow != "accept":
-                    marks[pkt.flow_tuple()] = mark
+                self._act_on_path(v, pkt, marks)
             except Exception as exc:
                 self._error(exc)
             finally:
                 self.busy_s += clock() - t0 + per_report
-        if marks:
-            t0 = clock()
-            try:
-                self.marker.mark(list(marks.items()))
-            except OSError as exc:
-                self._error(exc)
-            self.busy_s += clock() - t0
-        sys.stdout.flush()
+        self._write_marks(marks)
 
     def counters(self) -> dict[str, Any]:
         kernel = self.classifier.counters() if self.classifier else {}
