@@ -44,8 +44,8 @@ _CONFIG = struct.Struct("=IIQ")  # struct fet_config
 class FetReport(NamedTuple):
     """A flow whose first payload no rule exempted, as the kernel measured it.
 
-    A named tuple, not a frozen dataclass: the censor decodes one per flow it acts
-    on, and a frozen dataclass's field-by-field __init__ was most of that cost."""
+    A named tuple and ``inet_ntop``: the censor decodes one per flow it acts on,
+    and with a frozen dataclass and ``ipaddress`` that took 8.8 µs, not 1.5."""
 
     client: str
     client_port: int

@@ -251,3 +251,19 @@ def test_reports_survive_the_ring_buffers_wrap(classifier):
     assert [(r.client_port, r.payload) for r in got] == [
         (s, p) for s, p in sent if fet.exemption(p) is None]
     assert classifier.counters()["lost"] == 0
+
+
+def test_the_python_side_reads_the_programs_own_sizes():
+    """fetclassifier's constants and the report's layout are the C source's."""
+    import re
+    from pathlib import Path
+
+    from censor_sim.bpf import fetclassifier
+
+    src = (Path(fetclassifier.__file__).with_name("fet.bpf.c")).read_text()
+    assert f"#define FET_MAX_PAYLOAD {MAX_PAYLOAD}\n" in src
+    ring = re.search(r"max_entries, 1 << (\d+)\); /\* about", src)
+    assert ring and 1 << int(ring.group(1)) == fetclassifier.EVENTS_BYTES
+    slots = re.search(r"enum \{(.*?)C_SLOTS", src, re.S).group(1)
+    names = re.findall(r"C_([A-Z0-9_]+)", slots)
+    assert [n.lower() for n in names] == list(fetclassifier.COUNTERS)
