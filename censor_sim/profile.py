@@ -83,7 +83,7 @@ def profile_path(name: str) -> Path:
 # engine's tables are bounded: flows idle past `flow_idle_s` are forgotten, and at
 # most `max_flows` flows and `max_residuals` blocked triples are kept. On-path,
 # `fast_path = "ebpf"` runs the detector in the kernel instead of copying packets
-# to the engine (censor_sim/bpf; FET only; docs/lab/censor.md §6).
+# to the engine (censor_sim/bpf; FET only; docs/lab/censor.md §1).
 DATAPATH_DEFAULTS: dict[str, Any] = {"mode": "in-path", "tap_batch": 1, "tap_wait_ms": 0,
                                      "watch_births": True, "flow_idle_s": 120,
                                      "max_flows": 65536, "max_residuals": 65536,

@@ -335,7 +335,7 @@ int fet_classify(struct __sk_buff *skb)
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 
 		/* Only a TCP header straight after the fixed header; extension headers
-		 * are not walked (docs/lab/censor.md, the kernel fast path). */
+		 * are not walked (docs/lab/censor.md §1). */
 		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
 			return TC_ACT_OK;
 		k.family = 6;
