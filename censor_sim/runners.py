@@ -68,7 +68,10 @@ class Runner:
         sys.stdout.flush()
 
     def counters(self) -> dict[str, Any]:
-        return {"mechanism": self.mechanism}
+        if self.marker is None:
+            return {"mechanism": self.mechanism}
+        return {"mechanism": self.mechanism, "marks_written": self.marker.written,
+                "marks_missing": self.marker.missing}
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         self.injector.close()
@@ -217,8 +220,6 @@ class TapRunner(Runner):
 
     def counters(self) -> dict[str, Any]:
         return {**super().counters(),
-                "marks_written": self.marker.written if self.marker else 0,
-                "marks_missing": self.marker.missing if self.marker else 0,
                 "copy_overruns": self.reader.overruns if self.reader else 0}
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -292,7 +293,7 @@ class KernelRunner(Runner):
             return
         self.batches += 1
         t_read = clock()
-        per_report = (t_read - t_batch) / len(reports) if reports else 0.0
+        per_report = (t_read - t_batch) / len(reports)
         self.parse_s += t_read - t_batch
         self.queued += len(reports)
         marks: dict[tuple, int] = {}
@@ -322,9 +323,7 @@ class KernelRunner(Runner):
         kernel = self.classifier.counters() if self.classifier else {}
         if self.classifier and self.time_program:
             kernel["run_ns"], kernel["runs"] = self.classifier.run_time()
-        return {**super().counters(), "kernel": kernel, "report_batches": self.batches,
-                "marks_written": self.marker.written if self.marker else 0,
-                "marks_missing": self.marker.missing if self.marker else 0}
+        return {**super().counters(), "kernel": kernel, "report_batches": self.batches}
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is not None:

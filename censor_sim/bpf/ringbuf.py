@@ -7,7 +7,8 @@ and a ctypes callback per record cost the censor more than decoding it
 data area, mapped twice in a row so a record that wraps reads as one piece.
 Each record is an 8-byte header (its length, with a busy and a discard bit)
 and its bytes, 8-aligned. As libbpf does, reading stops at a record still being
-written (busy), and the consumer position is published after each record.
+written (busy). The consumer position is published once per drain, after every
+record read has been copied out (libbpf writes it after each record).
 
 Ordering: the reads here are plain loads. x86-64 keeps loads in order, which
 is what libbpf's acquire loads ask for; the lab runs there.
@@ -46,19 +47,23 @@ class RingReader:
         out: list[bytes] = []
         prod, cons = self._producer, self._consumer
         pos = _U64.unpack_from(cons, 0)[0]
-        while True:
-            end = _U64.unpack_from(prod, 0)[0]
-            if pos >= end:
-                return out
-            while pos < end:
-                at = self._data + (pos & self.mask)
-                length = _U32.unpack_from(prod, at)[0]
-                if length & BUSY:
+        start = pos
+        try:
+            while True:
+                end = _U64.unpack_from(prod, 0)[0]
+                if pos >= end:
                     return out
-                body = length & ~(BUSY | DISCARD)
-                if not length & DISCARD:
-                    out.append(prod[at + HEADER:at + HEADER + body])
-                pos += (body + HEADER + 7) & ~7
+                while pos < end:
+                    at = self._data + (pos & self.mask)
+                    length = _U32.unpack_from(prod, at)[0]
+                    if length & BUSY:
+                        return out
+                    body = length & ~(BUSY | DISCARD)
+                    if not length & DISCARD:
+                        out.append(prod[at + HEADER:at + HEADER + body])
+                    pos += (body + HEADER + 7) & ~7
+        finally:
+            if pos != start:
                 _U64.pack_into(cons, 0, pos)
 
     def close(self) -> None:
