@@ -5,8 +5,16 @@ how they close on probes. So a server that cannot verify a handshake neither
 answers nor closes on a data-dependent threshold: it reads and discards until
 the peer closes or a per-connection deadline (300 s plus 0-60 s of jitter) has
 passed. Until a handshake verifies, a connection counts as unauthenticated; the
-pool is bounded, and the oldest is closed first when it is full, so silence
-cannot be used to exhaust the server.
+pool is bounded, so silence cannot be used to exhaust the server.
+
+When the pool is full, a newcomer displaces the connection least likely to be a
+client (docs/transports/budgets.md): first one already proved a stranger (it is
+being kept silent), then one whose bytes were read and hold no handshake, then
+one not yet examined. Within a tier, the one with the fewest bytes waiting to be
+read goes, the oldest on a tie: a client's handshake may be in those bytes, and
+an obfs4 or ScrambleSuit hello is longer than most probes. Evicting plainly by
+age closed a client whose handshake was waiting unread whenever a burst of
+strangers larger than the cap was accepted just after it.
 """
 
 from __future__ import annotations
@@ -14,13 +22,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import fcntl
+import itertools
 import random
+import struct
+import termios
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .budget import unauthenticated_cap
 
 READ_SIZE = 65536
+# How many of a tier's oldest connections eviction compares by bytes waiting,
+# so that choosing a victim stays cheap under a flood.
+EVICTION_SCAN = 32
 
 
 @dataclass
@@ -35,29 +50,82 @@ class ServerPolicy:
 
 
 class Gatekeeper:
-    """The unauthenticated pool and the silence, for one server."""
+    """The unauthenticated pool and the silence, for one server.
+
+    The pool is three tiers, each in arrival order: ``pending`` (nothing of the
+    connection examined yet), ``examined`` (bytes read that hold no handshake so
+    far) and ``silent`` (proved a stranger, kept until it closes or times out).
+    """
 
     def __init__(self, policy: ServerPolicy) -> None:
         self.policy = policy
-        self.unauthenticated: collections.OrderedDict[int, asyncio.StreamWriter] = \
-            collections.OrderedDict()
+        Tier = collections.OrderedDict[int, tuple[asyncio.StreamWriter,
+                                                  asyncio.StreamReader | None]]
+        self._pending: Tier = collections.OrderedDict()
+        self._examined: Tier = collections.OrderedDict()
+        self._silent: Tier = collections.OrderedDict()
+        self.evicted = collections.Counter()  # by tier: who a full pool displaced
+
+    @property
+    def unauthenticated(self) -> dict[int, asyncio.StreamWriter]:
+        """Every connection still waiting for a handshake, by id (a snapshot)."""
+        return {token: entry[0] for tier in (self._pending, self._examined, self._silent)
+                for token, entry in tier.items()}
+
+    def __len__(self) -> int:
+        return len(self._pending) + len(self._examined) + len(self._silent)
 
     @contextlib.contextmanager
-    def admitted(self, writer: asyncio.StreamWriter) -> Iterator[None]:
-        """Count ``writer`` as unauthenticated for the duration of the handshake."""
-        while len(self.unauthenticated) >= self.policy.max_unauthenticated:
-            _, oldest = self.unauthenticated.popitem(last=False)
-            oldest.close()
+    def admitted(self, writer: asyncio.StreamWriter,
+                 reader: asyncio.StreamReader | None = None) -> Iterator[None]:
+        """Count ``writer`` as unauthenticated for the duration of the handshake.
+
+        ``reader``, when given, lets eviction see bytes already read into it."""
+        while len(self) >= self.policy.max_unauthenticated:
+            self._evict_one()
         token = id(writer)
-        self.unauthenticated[token] = writer
+        self._pending[token] = (writer, reader)
         try:
             yield
         finally:
-            self.unauthenticated.pop(token, None)
+            for tier in (self._pending, self._examined, self._silent):
+                if tier.pop(token, None) is not None:
+                    break
+
+    def examined(self, writer: asyncio.StreamWriter) -> None:
+        """The connection's bytes so far were read and hold no handshake yet."""
+        self._move(writer, self._pending, self._examined)
+
+    def _move(self, writer: asyncio.StreamWriter, *tiers: collections.OrderedDict) -> None:
+        token, dest = id(writer), tiers[-1]
+        for tier in tiers[:-1]:
+            if (entry := tier.pop(token, None)) is not None:
+                dest[token] = entry
+                return
+
+    def _evict_one(self) -> None:
+        if self._silent:
+            _, (writer, _) = self._silent.popitem(last=False)
+            self.evicted["silent"] += 1
+            writer.close()
+            return
+        name, tier = ("examined", self._examined) if self._examined else \
+            ("pending", self._pending)
+        victim, fewest = next(iter(tier)), None
+        for token, (writer, reader) in itertools.islice(tier.items(), EVICTION_SCAN):
+            waiting = _unread_bytes(writer, reader)
+            if fewest is None or waiting < fewest:
+                victim, fewest = token, waiting
+                if waiting == 0:
+                    break
+        writer, _ = tier.pop(victim)
+        self.evicted[name] += 1
+        writer.close()
 
     async def stay_silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           start: float) -> None:
         """Discard everything until the peer closes or the jittered deadline passes."""
+        self._move(writer, self._pending, self._examined, self._silent)
         loop = asyncio.get_running_loop()
         deadline = start + self.policy.unauth_timeout_s + \
             random.uniform(0, self.policy.unauth_jitter_s)
@@ -73,3 +141,17 @@ class Gatekeeper:
                 if not data:
                     break
         writer.close()
+
+
+def _unread_bytes(writer: asyncio.StreamWriter, reader: asyncio.StreamReader | None) -> int:
+    """How many bytes wait for the server: in ``reader``'s buffer (asyncio has read
+    them and the handler has not yet run) and in the socket's receive queue."""
+    buffered = len(getattr(reader, "_buffer", b"")) if reader is not None else 0
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return buffered
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+    except (OSError, ValueError):
+        return buffered
+    return buffered + queued

@@ -175,10 +175,10 @@ class ScrambleSuitServerFactory:
 
     async def wrap(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Streams:
         start = asyncio.get_running_loop().time()
-        with self.gate.admitted(writer):
+        with self.gate.admitted(writer, reader):
             try:
                 master, consumed, buf, response = await asyncio.wait_for(
-                    self._handshake(reader), self.policy.handshake_timeout_s)
+                    self._handshake(reader, writer), self.policy.handshake_timeout_s)
             except (HandshakeError, TimeoutError, ConnectionError) as exc:
                 reason = str(exc).split(":")[0] or type(exc).__name__
                 self.failures[reason] = self.failures.get(reason, 0) + 1
@@ -193,7 +193,8 @@ class ScrambleSuitServerFactory:
                           Shaping(self.prng_seed, self.iat_mode))
         return await session.start(buf[consumed:], first)
 
-    async def _handshake(self, reader: asyncio.StreamReader) -> tuple[bytes, int, bytes, bytes]:
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                         ) -> tuple[bytes, int, bytes, bytes]:
         buf = b""
         while True:
             data = await reader.read(READ_SIZE)
@@ -210,6 +211,7 @@ class ScrambleSuitServerFactory:
                 return master, hello.consumed, buf, response
             if len(buf) > MAX_HANDSHAKE:
                 raise HandshakeError("no handshake in the maximum length")
+            self.gate.examined(writer)
 
 
 class TicketStore:

@@ -93,7 +93,7 @@ class WebTunnelServer:
         peer = writer.get_extra_info("peername")
         peer_addr = format_addr(peer[0], peer[1]) if peer else "0.0.0.0:0"
         try:
-            with self.gate.admitted(writer):
+            with self.gate.admitted(writer, reader):
                 request = await asyncio.wait_for(
                     server_upgrade(reader, writer, self.config.max_head_bytes),
                     self.config.handshake_timeout_s)
