@@ -87,7 +87,8 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
                                      ["broker-malformed", "malformed", "x300"],
                                      ["snowflake-malformed", "malformed", "x300"]]
     for r in rows:
-        assert r[3:5] == ["ok", "ok"], r  # during the flood, and after it
+        # During the flood, the client gets in within its three tries; after it, at once.
+        assert r[3] in ("ok", "ok(try2)", "ok(try3)") and r[4] == "ok", r
         assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks
         assert int(r[9]) == 0, r  # no log line names the attackers' address
 
