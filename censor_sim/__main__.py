@@ -43,7 +43,8 @@ from .runners import KernelRunner, QueueRunner, Runner, TapRunner
 COMPONENT = "censor"
 
 
-emit = EventLog(COMPONENT).emit
+_log = EventLog(COMPONENT)
+emit = _log.emit
 
 
 class LiveEffects(Effects):
@@ -62,7 +63,7 @@ class LiveEffects(Effects):
         # the runner's flush after the batch. Any other line goes out at once: the
         # engine writes a detection before taking its actions, so whoever sees an
         # action's effect (a reset, a drop, a mark, a residual entry) finds its line.
-        emit(name, flush=fields.get("actions") != [], **fields)
+        _log.emit_fields(name, fields, flush=fields.get("actions") != [])
 
     def residual(self, key, seconds: float) -> None:
         client, server, proto, port = key

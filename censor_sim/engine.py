@@ -22,7 +22,7 @@ from typing import Any
 from . import registry, rstprints
 from .actions import InjectTcp, InjectUdp, Verdict
 from .bpf import KERNEL_DETECTORS
-from .flows import Flow, FlowTable
+from .flows import Flow, FlowKey, FlowTable, key_json
 from .inspectors import DONE, Inspector, Match
 from .packet import ACK, TCP, UDP, Packet
 
@@ -204,26 +204,42 @@ class Engine:
         flows.release(flow)
         return Verdict(flow="accept")
 
-    def judged_in_kernel(self, pkt: Packet, detector: str, evidence: dict[str, Any]) -> Verdict:
-        """A flow's first client payload ``pkt``, which a kernel program
-        (censor_sim.bpf) has judged for ``detector`` and found no rule exempts.
+    def judged_in_kernel(self, key: FlowKey, detector: str, evidence: dict[str, Any],
+                         packet: Callable[[], Packet]) -> Verdict | None:
+        """A flow's first client payload, which a kernel program (censor_sim.bpf)
+        has judged for ``detector`` and found no rule exempts; ``key`` is its
+        5-tuple, and ``packet`` makes the packet as the kernel reported it.
 
-        What :meth:`handle` would do from the inspector's match on: the flow is
-        recorded as that packet leaves it, then the policy answers the match
-        (its chance, actions and events, on the same terms). The kernel reports a
-        flow once (a later connection on its 4-tuple is a new flow, opened by its
-        own SYN) and shows nothing more of it, so the flow never enters the flow
-        table (adding and removing it cost 15–35 % of this call, offline).
+        What :meth:`handle` would do from the inspector's match on: the same
+        residual check, draw, events and actions. The kernel reports a flow once
+        (a later connection on its 4-tuple is a new flow, opened by its own SYN)
+        and shows nothing more of it, so the flow never enters the flow table.
+        None means there is nothing to do: no rule fired, the commonest answer,
+        which costs no Flow and no Packet (together a third of this call's
+        time, offline; docs/lab/censor.md §5). Only an action, or a residual
+        entry on the flow's triple, makes them.
         """
         self.stats["packets"] += 1
         self.stats["flows"] += 1
+        if self.residual and (key[0], key[1], key[2], key[4]) in self.residual:
+            flow, pkt = self._reported_flow(key, packet)
+            if (v := self._residual_check(flow, pkt, True)) is not None:
+                return v
+        m = Match(detector, evidence)
+        drawn = self._draw(m)
+        if not drawn[2] or drawn[1] == ["none"]:
+            # The first client payload: the flow's first data packet, 0 s after itself.
+            self._detection_event(m, key_json(key), drawn, 1, 0.0)
+            return None
+        flow, pkt = self._reported_flow(key, packet)
+        return self._matched(flow, pkt, True, m, drawn)
+
+    def _reported_flow(self, key: FlowKey, packet: Callable[[], Packet]) -> tuple[Flow, Packet]:
+        """A reported flow as the flow table would hold it after its first payload."""
         now = self.clock()
-        flow = Flow((pkt.src, pkt.dst, pkt.proto, pkt.sport, pkt.dport), now, now, None)
+        flow, pkt = Flow(key, now, now, None), packet()
         self.flows.record(flow, pkt, True, now)
-        if self.residual and (v := self._residual_check(flow, pkt, True)) is not None:
-            return v
-        v = self._matched(flow, pkt, True, Match(detector, evidence))
-        return v if v is not None else Verdict(flow="accept")
+        return flow, pkt
 
     def _scoped(self, flow: Flow) -> Sequence[Inspector]:
         """The inspectors whose scope holds ``flow``: answered once per server
@@ -284,20 +300,36 @@ class Engine:
 
     # -- policy -----------------------------------------------------------------------
 
-    def _matched(self, flow: Flow, pkt: Packet, c2s: bool, m: Match) -> Verdict | None:
-        self.stats["detections"] += 1
+    def _draw(self, m: Match) -> tuple[Rule | None, list[str], bool]:
+        """The rule for ``m``'s detector, the actions it names, and whether it fires
+        (its probability drawn from the engine's rng)."""
         rule = self.rules.get(m.detector)
         acts = rule.actions if rule else ["none"]
         if acts == ["detector"]:  # a device model with its own action table (Iran's ISPs)
             acts = list((m.data or {}).get("actions", ["none"]))
         fire = rule is not None and (rule.probability >= 1 or self.rng.random() < rule.probability)
+        return rule, acts, fire
+
+    def _detection_event(self, m: Match, flow: dict[str, Any],
+                         drawn: tuple[Rule | None, list[str], bool], data_packet: int,
+                         since_data: float | None) -> None:
+        rule, acts, fire = drawn
+        self.stats["detections"] += 1
+        self.effects.event("detection", detector=m.detector, flow=flow,
+                           evidence=m.evidence, actions=acts if fire else [],
+                           probability=rule.probability if rule else None,
+                           data_packet=data_packet, since_first_data_s=since_data)
+
+    def _matched(self, flow: Flow, pkt: Packet, c2s: bool, m: Match,
+                 drawn: tuple[Rule | None, list[str], bool] | None = None) -> Verdict | None:
+        """The policy's answer to ``m`` on ``flow`` (``drawn``: the draw, if made)."""
+        if drawn is None:
+            drawn = self._draw(m)
+        _, acts, fire = drawn
         # flow.last_seen: this packet's time, as the flow table recorded it.
         since_data = (None if flow.first_data is None
                       else round(flow.last_seen - flow.first_data, 6))
-        self.effects.event("detection", detector=m.detector, flow=flow.to_json(),
-                           evidence=m.evidence, actions=acts if fire else [],
-                           probability=rule.probability if rule else None,
-                           data_packet=flow.c2s_data_packets, since_first_data_s=since_data)
+        self._detection_event(m, flow.to_json(), drawn, flow.c2s_data_packets, since_data)
         if not fire or acts == ["none"]:
             return None  # a miss: other inspectors may still match
         self.stats["actions"] += 1

@@ -111,9 +111,13 @@ class Flow(KeyedFlow):
         return _joined(self.s2c_payloads, self.s2c_bytes)
 
     def to_json(self) -> dict[str, Any]:
-        k = self.key
-        return {"client": k[0], "server": k[1], "proto": k[2], "client_port": k[3],
-                "server_port": k[4]}
+        return key_json(self.key)
+
+
+def key_json(k: FlowKey) -> dict[str, Any]:
+    """A flow's 5-tuple as the censor's event lines write it."""
+    return {"client": k[0], "server": k[1], "proto": k[2], "client_port": k[3],
+            "server_port": k[4]}
 
 
 # Shared by every flow with no payload yet, or whose buffers are released: never

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
+from typing import TypeVar
 
 BUSY = 1 << 31
 DISCARD = 1 << 30
 HEADER = 8
 _U64 = struct.Struct("=Q")
 _U32 = struct.Struct("=I")
+T = TypeVar("T")
+
+
+def _copy(memory: mmap.mmap, offset: int, length: int) -> bytes:
+    return memory[offset:offset + length]
 
 
 class RingReader:
@@ -44,7 +51,14 @@ class RingReader:
 
     def drain(self) -> list[bytes]:
         """Every complete record waiting now, oldest first, each taken off the ring."""
-        out: list[bytes] = []
+        return self.drain_with(_copy)
+
+    def drain_with(self, decode: Callable[[mmap.mmap, int, int], T]) -> list[T]:
+        """:meth:`drain`, each record given to ``decode(memory, offset, length)``
+        where it lies, so that a reader which makes an object of it copies only
+        what the object keeps. ``decode`` must be done with the memory when it
+        returns: the record's room is handed back to the kernel after the drain."""
+        out: list[T] = []
         prod, cons = self._producer, self._consumer
         pos = _U64.unpack_from(cons, 0)[0]
         start = pos
@@ -60,7 +74,7 @@ class RingReader:
                         return out
                     body = length & ~(BUSY | DISCARD)
                     if not length & DISCARD:
-                        out.append(prod[at + HEADER:at + HEADER + body])
+                        out.append(decode(prod, at + HEADER, body))
                     pos += (body + HEADER + 7) & ~7
         finally:
             if pos != start:

@@ -328,8 +328,12 @@ def test_a_kernel_judged_flow_gets_what_handle_gives_the_same_first_payload(p):
     for i, payload in enumerate(payloads):
         pkt = tcp(CLIENT, SERVER, 20000 + i, 10000 + i, PSH | ACK, payload)  # own triple
         want = reference.handle(pkt, True)
-        got = kernel.judged_in_kernel(pkt, "fet", fet.not_exempt_evidence(payload))
-        assert (got.drop, got.flow, got.inject) == (want.drop, want.flow, want.inject)
+        got = kernel.judged_in_kernel(pkt.flow_tuple(), "fet", fet.not_exempt_evidence(payload),
+                                      lambda pkt=pkt: pkt)
+        if got is None:  # nothing to do: what handle() says of a flow it lets alone
+            assert (want.drop, want.flow, want.inject) == (False, "accept", [])
+        else:
+            assert (got.drop, got.flow, got.inject) == (want.drop, want.flow, want.inject)
     assert kernel.effects.events == reference.effects.events
     assert kernel.effects.residuals == reference.effects.residuals
     assert kernel.stats == reference.stats
@@ -339,17 +343,40 @@ def test_a_kernel_judged_flow_gets_what_handle_gives_the_same_first_payload(p):
     assert len(kernel.flows._flows) == 0
 
 
+def test_a_kernel_report_no_rule_fires_on_makes_no_packet():
+    """At p = 0 the report costs a detection line and no Packet (nor Flow); at p = 1
+    the action reads the packet, so it is made once."""
+    from censor_sim.detectors import fet
+
+    payload = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
+    for p, made_want in ((0.0, 0), (1.0, 1)):
+        eng, _ = tap_fet_engine(p, seed=1)
+        pkt = tcp(CLIENT, SERVER, 20000, 443, PSH | ACK, payload)
+        made: list[int] = []
+        got = eng.judged_in_kernel(pkt.flow_tuple(), "fet", fet.not_exempt_evidence(payload),
+                                   lambda pkt=pkt: made.append(1) or pkt)
+        assert len(made) == made_want and (got is None) == (made_want == 0)
+        assert [e["event"] for e in eng.effects.events][:1] == ["detection"]
+
+
 def test_a_kernel_report_inside_a_residual_is_the_residuals():
     from censor_sim.detectors import fet
 
     eng, clock = tap_fet_engine(1.0, seed=1)
     payload = bytes.fromhex("8f3a91c4d2e7b05a6c19f3e8a47d20b6") * 4
     evidence = fet.not_exempt_evidence(payload)
-    eng.judged_in_kernel(tcp(CLIENT, SERVER, 20000, 443, PSH | ACK, payload), "fet", evidence)
+    def report(port: int):
+        pkt = tcp(CLIENT, SERVER, port, 443, PSH | ACK, payload)
+        return eng.judged_in_kernel(pkt.flow_tuple(), "fet", evidence, lambda: pkt)
+
+    assert report(20000) is not None
     assert eng.stats["actions"] == 1 and len(eng.effects.residuals) == 1
     clock.t += 1  # a later flow on the same triple (its SYN got through before the entry)
-    eng.judged_in_kernel(tcp(CLIENT, SERVER, 20001, 443, PSH | ACK, payload), "fet", evidence)
+    assert report(20001) is not None  # the residual's verdict
     assert eng.stats["actions"] == 1 and eng.stats["detections"] == 1
+    clock.t += 200  # past the entry (120 or 180 s): detected and acted on again
+    assert report(20002) is not None
+    assert eng.stats["actions"] == 2 and eng.stats["detections"] == 2
 
 
 @pytest.mark.parametrize("datapath, why", [

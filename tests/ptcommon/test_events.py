@@ -72,3 +72,24 @@ def test_an_installed_encoder_writes_the_lines_it_takes_and_leaves_the_rest():
     finally:
         events.use_encoder(None)
     assert taken == ["mine"] and event_line("c", "mine").startswith('{"ts":')
+
+
+def test_stamp_is_round_to_the_microsecond_for_epoch_times():
+    """stamp() replaces round(ts, 6) on every event line; for epoch times (2001 to
+    2286, uniformly) it must give round's double, ties and all."""
+    import random
+
+    rng = random.Random(7)
+    times = [1e9 + rng.random() * 9e9 for _ in range(100_000)]
+    times += [1764312345.1234565, 1764312345.0000005, 1764312345.9999995, 1e9, 2e9 + 0.5e-6]
+    assert [events.stamp(t) for t in times] == [round(t, 6) for t in times]
+
+
+def test_a_record_is_stamped_now_or_at_the_time_given():
+    import time
+
+    before = time.time()
+    rec = events.event_record("c", "e", x=1)
+    assert before - 1e-6 <= rec["ts"] <= time.time() + 1e-6
+    assert list(rec) == ["ts", "component", "event", "x"]
+    assert events.event_record("c", "e", ts=1764312345.1234564)["ts"] == 1764312345.123456
