@@ -6,7 +6,9 @@
    ``gfw-fet-2021`` (the flow is queued, classified exempt and offloaded by
    conntrack mark; and on-path, where its first packets are copied). Target
    ratio on ÷ off ≥ 0.9 (docs/architecture.md §4.4); issue 23's goal is 0.95
-   for both.
+   for both. Each censor-on run sits between two censor-off runs, and the
+   row's figure is the median of those ratios; a row with the censor off both
+   times (A/A) shows how far this measure moves by itself.
 2. **Classifier throughput** offline: the FET, TLS (ClientHello + JA3/JA4) and
    HTTP detectors, and the whole engine (4-packet flows), over a corpus of
    recorded first packets. Target ≥ 5,000 flows/s.
@@ -45,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -410,11 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--forwarding-rounds", type=int, default=7,
+                    help="forwarding: censor-on runs, each between two censor-off runs")
     ap.add_argument("--only", choices=("offline", "forwarding", "flows"),
                     help="run one part of the benchmark (default: all)")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.seconds <= 0:
-        ap.error("--runs must be at least 1 and --seconds above 0")
+    if args.runs < 1 or args.forwarding_rounds < 1 or args.seconds <= 0:
+        ap.error("--runs and --forwarding-rounds must be at least 1 and --seconds above 0")
     figures: dict[str, dict[str, float]] = {}
     floors: dict[str, dict[str, float]] = {}
     if args.only in (None, "offline"):
@@ -529,14 +533,36 @@ FORWARDING_FLOORS = {"gfw-fet-2021": CONNTRACK_FLOOR,
                      "gfw-fet-2021 in the kernel": CONNTRACK_FLOOR}
 
 
+NO_CENSOR_AA = "censor off (A/A: off ÷ off)"
+
+
+def bracketed_ratios(measure_off: Callable[[], float], measure_on: Callable[[], float],
+                     rounds: int) -> tuple[list[float], list[float], list[float]]:
+    """``rounds`` on-runs, each between two off-runs (off, on, off, on, ..., off:
+    neighbours share their off-run), and each on-run's ratio to the mean of the
+    off-runs on either side. Why: this VM's iperf3 figure drifts by ±10 % from
+    one run to the next, with the censor or without; a ratio to both neighbours
+    cancels the drift that a ratio of two medians keeps."""
+    offs, ons = [measure_off()], []
+    for _ in range(rounds):
+        ons.append(measure_on())
+        offs.append(measure_off())
+    ratios = [on / ((offs[i] + offs[i + 1]) / 2) for i, on in enumerate(ons)]
+    return offs, ons, ratios
+
+
 def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
                figures: dict[str, dict[str, float]] | None = None,
                floors: dict[str, dict[str, float]] | None = None) -> None:
-    """Part 1: iperf3 through the router, censor off and on, interleaved; and the
-    floor under the stateful censors, conntrack with no censor at all."""
-    print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs, off and on "
-          f"interleaved, median of {args.runs}):")
+    """Part 1: iperf3 through the router, censor off and on, bracketed; the floor
+    under the stateful censors, conntrack with no censor at all; and the same
+    measure with the censor off both times, which shows its own noise."""
+    rounds = args.forwarding_rounds
+    print(f"\nforwarding throughput (iperf3, {args.seconds:.0f} s runs; {rounds} rounds, each "
+          "censor-on run between two censor-off runs; on ÷ off is the median of the "
+          "rounds' ratios, with their range):")
     cases: dict[str, Any] = {
+        NO_CENSOR_AA: None,
         "ip-blocklist": lambda: censor_running(lab, tmp, "ip-blocklist", {"detectors": {
             "ip_blocklist": {"addresses": ["198.19.255.1"]}}}),
         CONNTRACK_FLOOR: lambda: ConntrackFloor(lab),
@@ -551,17 +577,19 @@ def forwarding(lab: Lab, tmp: Path, args: argparse.Namespace,
     }
     ratios: dict[str, float] = {}
     for label, running in cases.items():
-        offs, ons = [], []
-        for _ in range(args.runs):
-            offs.append(iperf(lab, args.seconds))
+        def on(running=running) -> float:
+            if running is None:
+                return iperf(lab, args.seconds)
             with running():
-                ons.append(iperf(lab, args.seconds))
-        off, on = statistics.median(offs), statistics.median(ons)
-        ratios[label] = on / off
-        print(f"  {label:28s} off {off:8.0f}  on {on:8.0f} Mbit/s   on/off = {on / off:.3f}"
-              f"   (runs off {[round(x) for x in offs]}, on {[round(x) for x in ons]})")
-        if figures is not None and label != CONNTRACK_FLOOR:
-            figures.setdefault(FORWARDING_GOAL, {})[label] = on / off
+                return iperf(lab, args.seconds)
+        offs, ons, per_round = bracketed_ratios(lambda: iperf(lab, args.seconds), on, rounds)
+        ratio = statistics.median(per_round)
+        ratios[label] = ratio
+        print(f"  {label:28s} off {statistics.median(offs):8.0f}  on {statistics.median(ons):8.0f}"
+              f" Mbit/s   on/off = {ratio:.3f}   (rounds {min(per_round):.3f}–"
+              f"{max(per_round):.3f}: {[round(x, 3) for x in per_round]})")
+        if figures is not None and label not in (CONNTRACK_FLOOR, NO_CENSOR_AA):
+            figures.setdefault(FORWARDING_GOAL, {})[label] = ratio
     if floors is not None:
         for label, floor in FORWARDING_FLOORS.items():
             floors.setdefault(FORWARDING_GOAL, {})[label] = ratios[floor]

@@ -221,6 +221,27 @@ def test_censor_goals_are_printed_beside_their_targets(capsys):
     assert out[2].endswith("   met")
 
 
+def test_forwarding_ratios_bracket_each_on_run_between_two_off_runs():
+    """off, on, off, on, off: each on-run against the mean of its two neighbours, so
+    a drift across the rounds (here the off-runs fall 100 → 80) cancels out."""
+    bench = load("censor")
+    offs_in, ons_in = iter([100.0, 90.0, 80.0]), iter([95.0, 76.5])
+    order: list[str] = []
+
+    def off() -> float:
+        order.append("off")
+        return next(offs_in)
+
+    def on() -> float:
+        order.append("on")
+        return next(ons_in)
+
+    offs, ons, ratios = bench.bracketed_ratios(off, on, 2)
+    assert order == ["off", "on", "off", "on", "off"]
+    assert (offs, ons) == ([100.0, 90.0, 80.0], [95.0, 76.5])
+    assert ratios == [95.0 / 95.0, 76.5 / 85.0]
+
+
 def test_snowflake_clients_reads_the_kernels_udp_and_tcp_counters():
     snmp = """Ip: Forwarding DefaultTTL InReceives
 Ip: 1 64 900
