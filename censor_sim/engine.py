@@ -215,9 +215,9 @@ class Engine:
         (a later connection on its 4-tuple is a new flow, opened by its own SYN)
         and shows nothing more of it, so the flow never enters the flow table.
         None means there is nothing to do: no rule fired, the commonest answer,
-        which costs no Flow and no Packet (together a third of this call's
-        time, offline; docs/lab/censor.md §5). Only an action, or a residual
-        entry on the flow's triple, makes them.
+        which costs no Flow and no Packet (with the flow's record and the
+        verdict, a fifth of this call's time, offline; docs/lab/censor.md §5).
+        Only an action, or a residual entry on the flow's triple, makes them.
         """
         self.stats["packets"] += 1
         self.stats["flows"] += 1

@@ -36,6 +36,8 @@ READ_SIZE = 65536
 # How many of a tier's oldest connections eviction compares by bytes waiting,
 # so that choosing a victim stays cheap under a flood.
 EVICTION_SCAN = 32
+# One tier of the pool: connections by id, oldest first, with the reader if known.
+_Tier = collections.OrderedDict[int, tuple[asyncio.StreamWriter, asyncio.StreamReader | None]]
 
 
 @dataclass
@@ -59,11 +61,9 @@ class Gatekeeper:
 
     def __init__(self, policy: ServerPolicy) -> None:
         self.policy = policy
-        Tier = collections.OrderedDict[int, tuple[asyncio.StreamWriter,
-                                                  asyncio.StreamReader | None]]
-        self._pending: Tier = collections.OrderedDict()
-        self._examined: Tier = collections.OrderedDict()
-        self._silent: Tier = collections.OrderedDict()
+        self._pending: _Tier = collections.OrderedDict()
+        self._examined: _Tier = collections.OrderedDict()
+        self._silent: _Tier = collections.OrderedDict()
         self.evicted = collections.Counter()  # by tier: who a full pool displaced
 
     @property
@@ -146,6 +146,8 @@ class Gatekeeper:
 def _unread_bytes(writer: asyncio.StreamWriter, reader: asyncio.StreamReader | None) -> int:
     """How many bytes wait for the server: in ``reader``'s buffer (asyncio has read
     them and the handler has not yet run) and in the socket's receive queue."""
+    # asyncio's StreamReader keeps what it has read in _buffer; nothing public tells
+    # how much that is (at_eof and the limit do not).
     buffered = len(getattr(reader, "_buffer", b"")) if reader is not None else 0
     sock = writer.get_extra_info("socket")
     if sock is None:
