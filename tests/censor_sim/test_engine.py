@@ -354,7 +354,7 @@ def test_a_kernel_report_no_rule_fires_on_makes_no_packet():
         pkt = tcp(CLIENT, SERVER, 20000, 443, PSH | ACK, payload)
         made: list[int] = []
         got = eng.judged_in_kernel(pkt.flow_tuple(), "fet", fet.not_exempt_evidence(payload),
-                                   lambda pkt=pkt: made.append(1) or pkt)
+                                   lambda pkt=pkt, made=made: made.append(1) or pkt)
         assert len(made) == made_want and (got is None) == (made_want == 0)
         assert [e["event"] for e in eng.effects.events][:1] == ["detection"]
 
