@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from functools import partial
 from typing import Any
 
 from ptcommon.events import EventLog
@@ -305,7 +304,7 @@ class KernelRunner(Runner):
         for r in reports:
             try:
                 key = (r.client, r.server, packet.TCP, r.client_port, r.server_port)
-                v = judged(key, name, r.evidence(), partial(reported_packet, r))
+                v = judged(key, name, r.evidence(), r.packet)
                 if v is not None:
                     t_act = clock()
                     self._act_on_path(v, key, marks)
@@ -337,11 +336,3 @@ class KernelRunner(Runner):
             self.marker.close()
         super().close(loop)
 
-
-def reported_packet(r: Any) -> packet.Packet:
-    """A kernel report's packet, as far as the policy reads one: addresses, ports,
-    TCP numbers (a forged RST's window) and the judged bytes."""
-    return packet.Packet(raw=b"", version=6 if ":" in r.client else 4, src=r.client,
-                         dst=r.server, proto=packet.TCP, ttl=0, ip_id=0, l4_offset=0,
-                         sport=r.client_port, dport=r.server_port, seq=r.seq, ack=r.ack,
-                         flags=r.tcp_flags, dataofs=5, payload=r.payload)

@@ -17,6 +17,7 @@ import struct
 from socket import AF_INET, AF_INET6, inet_ntop, ntohs
 from typing import Any, NamedTuple
 
+from ..packet import TCP, Packet
 from . import libbpf
 from .build import compiled
 from .ringbuf import RingReader
@@ -92,6 +93,14 @@ class FetReport(NamedTuple):
         at = offset + _EVENT.size
         return cls(c, ntohs(cport), s, ntohs(sport), length, wire, bits, leading, printable,
                    longest, seq, ack, flags, buf[at:at + min(length, size - _EVENT.size)])
+
+    def packet(self) -> Packet:
+        """The reported packet, as far as the policy reads one: addresses, ports,
+        TCP numbers (a forged RST's window) and the judged bytes."""
+        return Packet(raw=b"", version=6 if ":" in self.client else 4, src=self.client,
+                      dst=self.server, proto=TCP, ttl=0, ip_id=0, l4_offset=0,
+                      sport=self.client_port, dport=self.server_port, seq=self.seq,
+                      ack=self.ack, flags=self.tcp_flags, dataofs=5, payload=self.payload)
 
     def evidence(self) -> dict[str, Any]:
         """What the censor logs of the flow, field for field as

@@ -57,7 +57,8 @@ class RingReader:
         """:meth:`drain`, each record given to ``decode(memory, offset, length)``
         where it lies, so that a reader which makes an object of it copies only
         what the object keeps. ``decode`` must be done with the memory when it
-        returns: the record's room is handed back to the kernel after the drain."""
+        returns: the record's room is handed back to the kernel after the drain.
+        If it raises, the records up to and including that one are taken off."""
         out: list[T] = []
         prod, cons = self._producer, self._consumer
         pos = _U64.unpack_from(cons, 0)[0]
@@ -73,9 +74,11 @@ class RingReader:
                     if length & BUSY:
                         return out
                     body = length & ~(BUSY | DISCARD)
+                    # Past the record before decoding it: a record decode raises on
+                    # is lost with its drain, never read again at every drain after.
+                    pos += (body + HEADER + 7) & ~7
                     if not length & DISCARD:
                         out.append(decode(prod, at + HEADER, body))
-                    pos += (body + HEADER + 7) & ~7
         finally:
             if pos != start:
                 _U64.pack_into(cons, 0, pos)

@@ -253,6 +253,44 @@ def test_reports_survive_the_ring_buffers_wrap(classifier):
     assert classifier.counters()["lost"] == 0
 
 
+def test_a_record_that_fails_to_decode_is_taken_off_and_the_rest_read(classifier):
+    """A decoder that raises on a record loses that drain's records up to it, and no
+    more: the next drain starts after it, instead of failing on it for ever."""
+    from censor_sim.bpf.fetclassifier import FetReport
+
+    classifier.reports()  # an empty ring to start from
+    payload = NP4 * 21 + NP3 * 29
+    for sport in (2001, 2002, 2003):
+        classifier.run_frame(frame(flags="S", sport=sport, dport=8444))
+        classifier.run_frame(frame(payload, sport=sport, dport=8444))
+    seen: list[int] = []
+
+    def decode(memory, offset: int, size: int) -> FetReport:
+        report = FetReport.decode_from(memory, offset, size)
+        seen.append(report.client_port)
+        if report.client_port == 2002:
+            raise ValueError("a record this reader cannot take")
+        return report
+
+    with pytest.raises(ValueError):
+        classifier._events.drain_with(decode)
+    assert seen == [2001, 2002]
+    assert [r.client_port for r in classifier.reports()] == [2003]
+    assert classifier.reports() == []
+
+
+def test_a_reports_packet_is_the_judged_segment(classifier):
+    """FetReport.packet: what the policy's actions read of the reported packet."""
+    payload = NP4 * 21 + NP3 * 29
+    classifier.run_frame(frame(flags="S", sport=2100, dport=8445, seq=77))
+    classifier.run_frame(frame(payload, sport=2100, dport=8445, seq=78, ack=9000))
+    (report,) = classifier.reports()
+    pkt = report.packet()
+    assert (pkt.version, pkt.src, pkt.dst, pkt.sport, pkt.dport) == (4, CLIENT, SERVER, 2100, 8445)
+    assert (pkt.proto, pkt.seq, pkt.ack, pkt.flags, pkt.payload) == (6, 78, 9000, 0x18, payload)
+    assert pkt.flow_tuple() == (CLIENT, SERVER, 6, 2100, 8445)
+
+
 def test_the_python_side_reads_the_programs_own_sizes():
     """fetclassifier's constants and the report's layout are the C source's."""
     import re
