@@ -126,19 +126,14 @@ class Endpoint:
     robots: bytes = b""  # the broker's robots.txt before the attack
 
 
-@dataclass
-class Server:
+@dataclass(kw_only=True)
+class Server(Endpoint):
     """One server process and what it announced."""
 
-    name: str
     proc: subprocess.Popen
     log: Path
-    host: str
-    port: int
-    args: dict[str, str]
     peak_rss_kib: int = 0
     peak_fds: int = 0
-    robots: bytes = b""  # the broker's robots.txt before the attack
 
     def sample(self) -> None:
         """Note the process's RSS and descriptor count now (peaks are kept)."""
@@ -190,7 +185,8 @@ def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
             host, _, port = info["addr"].rpartition(":")
             # The PT's stdout keeps flowing into our log from now on.
             _drain(proc.stdout, out)
-            return Server(transport, proc, log, host.strip("[]"), int(port), info["args"])
+            return Server(transport, host.strip("[]"), int(port), info["args"], proc=proc,
+                          log=log)
     proc.kill()
     raise RuntimeError(f"{transport}: no SMETHOD; log: {log.read_text()[-2000:]}")
 
@@ -215,7 +211,7 @@ def start_broker(workdir: Path, nofile: int) -> Server:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if b'"ready"' in log.read_bytes():
-            return Server("broker", proc, log, "127.0.0.1", port, {})
+            return Server("broker", "127.0.0.1", port, {}, proc=proc, log=log)
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"broker did not start: {log.read_text()[-2000:]}")
@@ -231,7 +227,7 @@ def _drain(stream, out) -> None:
     threading.Thread(target=copy, daemon=True).start()
 
 
-async def broker_robots(server: Server | Endpoint, timeout_s: float) -> bytes:
+async def broker_robots(server: Endpoint, timeout_s: float) -> bytes:
     reader, writer = await asyncio.wait_for(
         asyncio.open_connection(server.host, server.port), timeout_s)
     writer.write(b"GET /robots.txt HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n")
@@ -243,11 +239,11 @@ async def broker_robots(server: Server | Endpoint, timeout_s: float) -> bytes:
     return body
 
 
-def bridge_url(server: Server | Endpoint) -> str:
+def bridge_url(server: Endpoint) -> str:
     return f"ws://{server.host}:{server.port}/"
 
 
-async def snowflake_exchange(server: Server | Endpoint, timeout_s: float) -> str:
+async def snowflake_exchange(server: Endpoint, timeout_s: float) -> str:
     """A Turbo Tunnel session over a WebSocket, as a proxy carries a client's."""
     async def dial():
         return await WebSocketCarrier.connect(bridge_url(server))
@@ -264,7 +260,7 @@ async def snowflake_exchange(server: Server | Endpoint, timeout_s: float) -> str
     return "ok" if got == EXCHANGE else "FAIL (bytes differ)"
 
 
-async def legit_exchange(server: Server | Endpoint, timeout_s: float) -> str:
+async def legit_exchange(server: Endpoint, timeout_s: float) -> str:
     """A real client's byte-exact round trip through the server to the echo upstream
     (for the broker: its robots.txt, byte-exact against the one before the attack)."""
     if server.name == "broker":

@@ -65,6 +65,11 @@ def stamp(ts: float | None = None) -> float:
 def event_record(component: str, event: str, ts: float | None = None,
                  **fields: Any) -> dict[str, Any]:
     """One event as a dict, stamped now unless ``ts`` (epoch seconds) is given."""
+    return _record(component, event, ts, fields)
+
+
+def _record(component: str, event: str, ts: float | None,
+            fields: dict[str, Any]) -> dict[str, Any]:
     return {"ts": stamp(ts), "component": component, "event": event, **fields}
 
 
@@ -121,7 +126,7 @@ class EventLog:
                     flush: bool = True) -> dict[str, Any]:
         """:meth:`emit` with the fields as a dict: a caller that holds them in one
         (the censor's effects) saves unpacking them into keywords again."""
-        record = {"ts": stamp(), "component": self.component, "event": event, **fields}
+        record = _record(self.component, event, None, fields)
         self.stream.write(_encode(record) + "\n")
         if flush:
             self.stream.flush()

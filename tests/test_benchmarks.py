@@ -98,7 +98,7 @@ def test_hostile_counts_log_lines_that_name_the_attackers(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(f"LOG SEVERITY=info MESSAGE=\"peer {hostile.ATTACKER}:4242 closed\"\n"
                    "LOG SEVERITY=info MESSAGE=\"listening on 127.0.0.1:9\"\n")
-    server = hostile.Server("x", None, log, "127.0.0.1", 9, {})
+    server = hostile.Server("x", "127.0.0.1", 9, {}, proc=None, log=log)
     assert server.addresses_logged() == 1
 
 
