@@ -41,9 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ptlab.results import Row  # noqa: E402
-from ptlab.runner import LabRunner  # noqa: E402
-from ptlab.spec import parse_spec  # noqa: E402
+from ptlab.common.results import Row  # noqa: E402
+from ptlab.experiment.runner import LabRunner  # noqa: E402
+from ptlab.experiment.spec import parse_spec  # noqa: E402
 
 TOR_ROWS = ["obfs4", "obfs4proxy", "scramblesuit", "meek", "snowflake", "webtunnel", "conjure"]
 # Too slow to move a bulk through in a benchmark of this length.

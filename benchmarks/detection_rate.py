@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ptlab.runner import LabRunner  # noqa: E402
-from ptlab.spec import Spec, TopologyOptions, Workloads, parse_spec  # noqa: E402
-from ptlab.stats import wilson  # noqa: E402
+from ptlab.common.stats import wilson  # noqa: E402
+from ptlab.experiment.runner import LabRunner  # noqa: E402
+from ptlab.experiment.spec import Spec, TopologyOptions, Workloads, parse_spec  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

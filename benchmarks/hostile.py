@@ -79,7 +79,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ptlab.ptparent import parse_method  # noqa: E402
+from ptlab.processes.ptparent import parse_method  # noqa: E402
 from transports import base as transports  # noqa: E402
 from transports.snowflake.carriers import WebSocketCarrier  # noqa: E402
 from transports.snowflake.turbotunnel import TOKEN  # noqa: E402

@@ -2,14 +2,14 @@
 
 A lab with N proxy nodes, each running our volunteer proxy (aiortc, one
 process per proxy), our broker, NAT probe and bridge; then M Snowflake client
-PTs in the client namespace (``ptlab.ptparent`` + ``transports.pt`` each),
+PTs in the client namespace (``ptlab.processes.ptparent`` + ``transports.pt`` each),
 which all fetch at once through their own proxies. Printed, side by side:
 resident memory per proxy and per client (process trees, from /proc), the
 broker's, the bridge's, open file descriptors, the machine's load, and how
 many of the M concurrent fetches completed byte-exact in the time allowed.
 
 Each run is done once per ``--per-process`` value (proxies per process: 1 is
-one ``ptlab snowflake-proxy`` per proxy, K > 1 runs :mod:`ptlab.proxypool`
+one ``ptlab snowflake-proxy`` per proxy, K > 1 runs :mod:`ptlab.processes.proxypool`
 pools of K threads) and per ``--clients`` value, in a fresh lab each, and the
 figures are printed side by side with the memory ratio. Several client counts
 find where the machine breaks: the aggregate goodput of the byte-exact
@@ -96,10 +96,10 @@ async def fetch_all(ns: str, endpoints: list, size: int, timeout: float) -> list
 def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int) -> dict:
     """One lab: `proxies` proxies (`pool` per process), `clients_n` clients fetching at once."""
     from netns.process import LabProcess
+    from ptlab.experiment.runner import LabRunner
+    from ptlab.experiment.spec import parse_spec
     from ptlab.plugins.base import Endpoint
     from ptlab.plugins.snowflake import SNOWFLAKE
-    from ptlab.runner import LabRunner
-    from ptlab.spec import parse_spec
 
     spec = parse_spec({"experiment": {"name": "scale", "seed": 1},
                        "transports": {"snowflake": {"proxies": proxies, "proxy_pool": pool}},
@@ -129,7 +129,7 @@ def run_scale(proxies: int, clients_n: int, size: int, timeout: float, pool: int
             for i in range(clients_n - 1):
                 info = out / f"client{i}.json"
                 p = LabProcess(lab.ns("client"), [
-                    sys.executable, "-m", "ptlab.ptparent", "client", "--transport",
+                    sys.executable, "-m", "ptlab.processes.ptparent", "client", "--transport",
                     "snowflake", "--state", str(out / f"client{i}-state"), "--info", str(info),
                     "--timeout", "120", "--", sys.executable, "-m", "transports.pt"],
                     f"client{i}", out / f"client{i}.log").start()

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ptlab.runner import LabRunner
+    from ptlab.experiment.runner import LabRunner
     from ptlab.vm import image as vmimage
     from ptlab.vm import qemu
     from ptlab.vm.runner import VmRunner

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ptlab.runner import LabRunner  # noqa: E402
-from ptlab.spec import Spec, TopologyOptions, Workloads  # noqa: E402
+from ptlab.experiment.runner import LabRunner  # noqa: E402
+from ptlab.experiment.spec import Spec, TopologyOptions, Workloads  # noqa: E402
 
 DEFAULT_ROWS = "meek,meek-chrome,meek-lite"
 

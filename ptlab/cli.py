@@ -55,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from censor_sim.profile import available as profiles_available
 
     from . import plugins
-    from .experiment import run_experiment
-    from .spec import load_spec
+    from .experiment.run import run_experiment
+    from .experiment.spec import load_spec
 
     spec = load_spec(Path(args.spec), plugins.available(), profiles_available())
     if args.check:
@@ -368,8 +368,8 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     from censor_sim.profile import available as profiles_available
 
     from . import plugins
-    from .experiment import run_experiment
-    from .spec import load_spec
+    from .experiment.run import run_experiment
+    from .experiment.spec import load_spec
     from .vm.runner import VmRunner, check_spec
 
     spec = load_spec(Path(args.spec), plugins.available(), profiles_available())
@@ -442,7 +442,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --- ptlab compare -------------------------------------------------------------
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import run
+    from .output.compare import run
 
     dirs = [Path(d) for d in args.runs]
     for d in dirs:
@@ -462,9 +462,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # --- ptlab report ------------------------------------------------------------
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import render_report
-    from .results import load_results
-    from .terminal import print_results
+    from .common.results import load_results
+    from .output.report import render_report
+    from .output.terminal import print_results
 
     d = Path(args.results_dir)
     if not (d / "results.json").exists():
@@ -767,7 +767,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .spec import SpecError
+    from .experiment.spec import SpecError
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["snowflake-proxy"]:  # Go-style single-dash flags: its own parser

@@ -27,8 +27,8 @@ import pytest
 from netns.errors import LabError
 from netns.sh import require_root, require_tools
 
-from .results import Row
-from .spec import Spec, TopologyOptions, Workloads
+from .common.results import Row
+from .experiment.spec import Spec, TopologyOptions, Workloads
 
 LAB_TOOLS = ("ip", "nft", "tc", "tcpdump")
 
@@ -56,7 +56,7 @@ class LabFixture:
     """One lab for the session; run cells in it."""
 
     def __init__(self, out_dir: Path) -> None:
-        from .runner import LabRunner
+        from .experiment.runner import LabRunner
 
         self.spec = Spec(path=None, name="pytest", repetitions=1,
                          workloads=Workloads(bulk_size=500_000, latency_count=3,

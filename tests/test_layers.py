@@ -78,7 +78,7 @@ def test_layer_rule_holds(package: str):
 
 @pytest.mark.parametrize(("package", "module", "source"), [
     ("transports", "transports.meek.fingerprint", "from censor_sim.detectors import tls\n"),
-    ("transports", "transports.meek.fingerprint", "def f():\n    import ptlab.runner\n"),
+    ("transports", "transports.meek.fingerprint", "def f():\n    import ptlab.experiment.runner\n"),
     ("censor_sim", "censor_sim.detectors.__init__",
      "from ..x import y\nfrom transports import a\n"),
     ("netns", "netns.delayline", "from ptcommon.events import EventLog\n"),

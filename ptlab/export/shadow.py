@@ -11,7 +11,7 @@ which is YAML) with:
   one node talk too;
 * ``hosts``: ``broker`` (with the NAT probe service), ``bridge`` (our
   Snowflake server), ``web``, ``stun``;
-  ``clientN`` running ``ptlab.ptparent`` with our Snowflake client PT and a
+  ``clientN`` running ``ptlab.processes.ptparent`` with our Snowflake client PT and a
   fetch loop (``ptlab.workloads.fetchloop``, SHA-256 checked); ``proxyN``
   running our volunteer proxy, one process per stay: each leaves at the end
   of its stay (SIGTERM) and a new one starts after the rejoin gap (churn);
@@ -162,7 +162,7 @@ def build(spec: ScaleSpec, out: Path, python: str | None = None) -> dict[str, An
         start = 15 + (i % 30)  # after the first proxies have polled; staggered
         hosts[f"client{i}"] = {"network_node_id": NODE["clients"], "ip_addr": client_addr(i),
                                "processes": [
-            proc(["-m", "ptlab.ptparent", "client", "--transport", "snowflake", "--state",
+            proc(["-m", "ptlab.processes.ptparent", "client", "--transport", "snowflake", "--state",
                   "pt-state", "--info", "pt.json", "--", python, "-m", "transports.pt"], start),
             proc(["-m", "ptlab.workloads.fetchloop", "--info", "pt.json", "--target",
                   f"{CORE['web']}:{WEB_PORT}", "--arg", f"url={broker_url}", "--arg",

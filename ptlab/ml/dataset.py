@@ -42,8 +42,8 @@ from censor_sim.detectors.ml import features
 from censor_sim.pcapflows import flows_from_pcap
 
 from .. import plugins
-from ..labservices import WEB_HTTPS
-from ..spec import Checker, SpecError, parse_spec, read_toml
+from ..experiment.labservices import WEB_HTTPS
+from ..experiment.spec import Checker, SpecError, parse_spec, read_toml
 from . import traffic
 
 FORMAT = "ptlab-dataset/1"
@@ -176,7 +176,7 @@ def _lab_spec(ds: DatasetSpec, setting: Setting):
 
 def collect(ds: DatasetSpec, out: Path, log=print, lab_id: str | None = None) -> dict[str, Any]:
     """Run the spec in the lab and write the dataset to `out`; returns the manifest."""
-    from ..runner import LabRunner
+    from ..experiment.runner import LabRunner
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

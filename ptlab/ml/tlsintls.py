@@ -37,7 +37,7 @@ from typing import Any
 from censor_sim.detectors import tlsintls as ti
 from censor_sim.pcapflows import flows_from_pcap
 
-from ..stats import wilson
+from ..common.stats import wilson
 from .dataset import APPS_BY_PORT, load_dataset
 
 TLS_APPS = {"https", "https-edge"}

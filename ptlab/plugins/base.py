@@ -85,9 +85,9 @@ class CellContext:
 
 
 def pt_client_service(ctx: CellContext, name: str, transport: str, cmd: list[str]) -> Service:
-    """A client PT (ours or a real binary) in managed mode under ``ptlab.ptparent`` in
+    """A client PT (ours or a real binary) in managed mode under ``ptlab.processes.ptparent`` in
     the client namespace; it trusts the lab CA (the edge's certificate)."""
-    argv = ctx.py("ptlab.ptparent", "client", "--transport", transport,
+    argv = ctx.py("ptlab.processes.ptparent", "client", "--transport", transport,
                   "--state", str(ctx.workdir / f"{name}-client-state"),
                   "--info", str(ctx.workdir / f"{name}-client.json"), "--", *cmd)
     env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
@@ -138,11 +138,11 @@ class LabPlugin:
         return []
 
     def tools(self) -> list[str]:
-        """Tools found through :mod:`ptlab.tools` (provenance records each build)."""
+        """Tools found through :mod:`ptlab.common.tools` (provenance records each build)."""
         return []
 
     def resolve_tool(self, name: str) -> Any:
-        """The :class:`ptlab.tools.Tool` this row runs as ``name``."""
+        """The :class:`ptlab.common.tools.Tool` this row runs as ``name``."""
         raise KeyError(name)
 
     def skip_reason(self) -> str | None:

@@ -15,7 +15,7 @@ real client in the client namespace, from command templates the lab fills in::
 Placeholders: ``{server_host}`` ``{server_port}`` (where the server listens),
 ``{socks_host}`` ``{socks_port}`` (the client's SOCKS5 front the workloads use),
 ``{secret}`` (random per cell; ``{uuid}`` is the same as a UUID, ``{secret_b64}``
-its 16 bytes in base64), ``{tool.NAME}`` (a tool's path as :mod:`ptlab.tools`
+its 16 bytes in base64), ``{tool.NAME}`` (a tool's path as :mod:`ptlab.common.tools`
 finds it; ``needs_tags`` skips the row on a build without the tags it needs),
 ``{state}``
 (the cell's directory for this row),
@@ -29,7 +29,7 @@ and ``{config.NAME}`` (the path of
 config file NAME, rendered from ``[transports.X.configs]`` with the same
 placeholders). An unknown placeholder, an unbalanced brace or a missing key
 fails when the spec loads, with the key path. A process is ready when its port
-accepts connections (``ptlab.extlaunch``), or when its log matches
+accepts connections (``ptlab.processes.extlaunch``), or when its log matches
 ``server_ready``/``client_ready``. A tool that is not installed makes the cell
 an ERROR that names it (docs/lab/transports.md §7).
 """
@@ -47,9 +47,9 @@ from typing import Any
 from netns.errors import LabError
 from ptcommon.suggest import did_you_mean
 
-from .. import tools as toolbox
-from ..flowroles import BENIGN_PORTS
-from ..labservices import TUNNEL_ZONE
+from ..common import tools as toolbox
+from ..common.flowroles import BENIGN_PORTS
+from ..experiment.labservices import TUNNEL_ZONE
 from .base import CellContext, Endpoint, LabPlugin, Service
 
 SERVER_PORT = 9850
@@ -68,7 +68,7 @@ PLACEHOLDERS = {"server_host", "server_port", "socks_host", "socks_port", "secre
 # The name {lab_cert} is issued for when the row names none (the bridge's, as the
 # WebTunnel rows' certificate is).
 LAB_CERT_NAMES = ["bridge.lab"]
-# {tool.NAME}: the path of a tool found by ptlab.tools (the spec, the environment,
+# {tool.NAME}: the path of a tool found by ptlab.common.tools (the spec, the environment,
 # a package that ships it, PATH).
 TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -122,7 +122,7 @@ class ExternalPlugin(LabPlugin):
                  tool_settings: dict[str, dict[str, Any]] | None = None) -> None:
         self.name = name
         self.options = options
-        # The spec's [tools.NAME] tables (path, version_args), for ptlab.tools.
+        # The spec's [tools.NAME] tables (path, version_args), for ptlab.common.tools.
         self.tool_settings = tool_settings or {}
         self.check_options(options)
         # A slow tool (a DNS tunnel probing its fragment sizes) may ask for more time
@@ -294,15 +294,15 @@ class ExternalPlugin(LabPlugin):
         check = (["--ready-dev", self.tun_device(ctx, role)] if self.tunnel
                  else ["--ready-port", f"{host}:{port}"])
         return Service(f"{self.name}-{role}", node,
-                       ctx.py("ptlab.extlaunch", *check, "--component", f"{self.name}-{role}",
-                              "--", *argv),
+                       ctx.py("ptlab.processes.extlaunch", *check,
+                              "--component", f"{self.name}-{role}", "--", *argv),
                        ready_timeout_s=timeout)
 
     def servers(self, ctx: CellContext) -> list[Service]:
         out = [self._service("server", "bridge", ctx, ctx.lab.addr("bridge"), SERVER_PORT)]
         if self.tunnel:
             out.append(Service(f"{self.name}-tunroute-server", "bridge", ctx.py(
-                "ptlab.tunroute", "server", "--dev", self.tun_device(ctx, "server"),
+                "ptlab.processes.tunroute", "server", "--dev", self.tun_device(ctx, "server"),
                 "--subnet", TUN_SUBNET)))
         return out
 
@@ -310,7 +310,7 @@ class ExternalPlugin(LabPlugin):
         out = [self._service("client", "client", ctx, SOCKS_HOST, SOCKS_PORT)]
         if self.tunnel:
             out.append(Service(f"{self.name}-tunroute-client", "client", ctx.py(
-                "ptlab.tunroute", "client", "--dev", self.tun_device(ctx, "client"),
+                "ptlab.processes.tunroute", "client", "--dev", self.tun_device(ctx, "client"),
                 "--via", TUN_SERVER,
                 "--to", f"{ctx.upstream[0]}/32",
                 "--benign-ports", f"{BENIGN_PORTS.start}-{BENIGN_PORTS.stop - 1}")))

@@ -1,6 +1,6 @@
 """Lab plugins for transports run in Tor PT managed mode: ours and real peers alike.
 
-Each side runs under :mod:`ptlab.ptparent`, which plays tor's parent role and
+Each side runs under :mod:`ptlab.processes.ptparent`, which plays tor's parent role and
 publishes the PT's SOCKS port (client) or bridge ARGS (server). The ``obfs4``
 row runs our obfs4 through ``python -m transports.pt``; the ``obfs4proxy``
 row runs Debian's obfs4proxy in the same slots, so the two are compared on
@@ -88,7 +88,7 @@ class ManagedPTPlugin(LabPlugin):
         return self.implementations[name]
 
     def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
-        return ctx.py("ptlab.ptparent", role, "--transport", self.transport,
+        return ctx.py("ptlab.processes.ptparent", role, "--transport", self.transport,
                       "--state", str(ctx.workdir / f"{self.name}-{role}-state"),
                       "--info", str(ctx.workdir / f"{self.name}-{role}.json"),
                       *extra, "--", *cmd)

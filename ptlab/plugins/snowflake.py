@@ -24,7 +24,7 @@ gathering otherwise, docs/transports/snowflake.md §7.4); ours use the lab STUN 
 Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab`` or
 ``debian``), ``proxies`` (1-8, default 1), ``rendezvous`` (as above, default
 ``direct``), ``max_peers`` (the client's ``max=``, default 1), ``proxy_pool``
-(our proxies per process, default 1: see :mod:`ptlab.proxypool`).
+(our proxies per process, default 1: see :mod:`ptlab.processes.proxypool`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from netns.topology import Topology
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
-from ..labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
+from ..experiment.labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 BRIDGE_PORT = 8443
@@ -156,7 +156,7 @@ class SnowflakePlugin(LabPlugin):
             # Several proxies per process, each thread in its own proxy node.
             for first in range(0, count, pool):
                 nodes = [f"proxy{i}" for i in range(first, min(first + pool, count))]
-                argv = ctx.py("ptlab.proxypool",
+                argv = ctx.py("ptlab.processes.proxypool",
                               *[a for n in nodes for a in ("--netns", ctx.lab.ns(n))],
                               "--", *flags)
                 services.append(Service(f"snowflake-proxies{first}", nodes[0], argv,

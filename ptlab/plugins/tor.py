@@ -34,7 +34,7 @@ from typing import Any
 from netns.topology import Topology
 from transports.webtunnel.synthetic import bridge_line as webtunnel_bridge_line
 
-from ..labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
+from ..experiment.labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
 from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
 from .base import CellContext, Endpoint, LabPlugin, Service
 from .conjure import PHANTOMS as CONJURE_PHANTOMS

@@ -51,11 +51,11 @@ def front(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Front:
 
 
 def front_service(ctx: CellContext, backend_port: int = BACKEND_PORT) -> Service:
-    """nginx under :mod:`ptlab.extlaunch`: it prints nothing when ready, so the
+    """nginx under :mod:`ptlab.processes.extlaunch`: it prints nothing when ready, so the
     launcher says so once port 443 accepts."""
     site = front(ctx, backend_port)
     return Service("webtunnel-nginx", "bridge", ctx.py(
-        "ptlab.extlaunch", "--ready-port", f"{ctx.lab.addr('bridge')}:{FRONT_PORT}",
+        "ptlab.processes.extlaunch", "--ready-port", f"{ctx.lab.addr('bridge')}:{FRONT_PORT}",
         "--component", "webtunnel-nginx", "--", *site.argv()))
 
 
@@ -76,7 +76,7 @@ class WebTunnelPlugin(LabPlugin):
     def servers(self, ctx: CellContext) -> list[Service]:
         host, port = ctx.upstream
         server = Service("webtunnel-server", "bridge", ctx.py(
-            "ptlab.ptparent", "server", "--transport", "webtunnel",
+            "ptlab.processes.ptparent", "server", "--transport", "webtunnel",
             "--state", str(ctx.workdir / "webtunnel-server-state"),
             "--info", str(ctx.workdir / "webtunnel-server.json"),
             "--bind", f"127.0.0.1:{BACKEND_PORT}", "--orport", f"{host}:{port}",

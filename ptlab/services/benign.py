@@ -23,8 +23,8 @@ import struct
 from collections.abc import Iterable
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError, run_service
 from ptlab.services.listeners import Listeners
+from ptlab.services.main import ConfigError, run_service
 from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport
 
 COMPONENT = "benign"

@@ -38,8 +38,8 @@ import dns.rdatatype
 import dns.rrset
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError, run_service
 from ptlab.services.listeners import Listeners
+from ptlab.services.main import ConfigError, run_service
 from ptlab.services.netutil import bind_udp_tcp_pair, format_hostport, parse_hostport
 
 COMPONENT = "dns"

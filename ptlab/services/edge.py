@@ -48,8 +48,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError, run_service
 from ptlab.services.ca import LabCA, normalize_dns_name
+from ptlab.services.main import ConfigError, run_service
 from ptlab.services.web import parse_listen, server_tls_context, start_sites
 
 COMPONENT = "edge"

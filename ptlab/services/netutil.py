@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from ptlab.service_main import ConfigError
+from ptlab.services.main import ConfigError
 
 
 def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:

@@ -18,7 +18,7 @@ import socket
 from typing import Any
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError, run_service
+from ptlab.services.main import ConfigError, run_service
 from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport
 
 COMPONENT = "quicecho"

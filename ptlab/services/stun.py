@@ -20,7 +20,7 @@ import struct
 from collections.abc import Iterable
 
 from ptcommon.events import EventLog
-from ptlab.service_main import run_service
+from ptlab.services.main import run_service
 from ptlab.services.netutil import bind_socket, format_hostport, parse_hostport, unmap_v4
 
 COMPONENT = "stun"

@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError, run_service
+from ptlab.services.main import ConfigError, run_service
 from ptlab.services.payload import payload_chunks
 
 COMPONENT = "web"

@@ -26,7 +26,7 @@ from netns.errors import LabError
 from netns.process import LabProcess, wait_for_log
 from netns.sh import run as run_local
 
-from ..backend import Process
+from ..experiment.backend import Process
 
 
 class Host(Protocol):

@@ -1,13 +1,13 @@
 """An experiment across the three machines: the namespace lab's runner, other hands.
 
-:class:`VmRunner` is :class:`ptlab.runner.LabRunner` with its hands swapped:
+:class:`VmRunner` is :class:`ptlab.experiment.runner.LabRunner` with its hands swapped:
 every process starts on the machine its role belongs to (:mod:`ptlab.vm.layout`)
 through a :class:`~ptlab.vm.hosts.Host`, the censor is ``ptlab censor`` on the
 censor machine's real interfaces (found by address), and the client's
 measurement runs on the client machine (``python -m ptlab.workloads.cell``).
-:class:`VmBackend` implements the same :class:`~ptlab.backend.LabBackend` as the
+:class:`VmBackend` implements the same :class:`~ptlab.experiment.backend.LabBackend` as the
 namespace lab; the matrix, baselines, expectations and every line that turns
-what was seen into a row (:mod:`ptlab.scoring`) are shared, so rows from the two
+what was seen into a row (:mod:`ptlab.experiment.scoring`) are shared, so rows from the two
 are comparable.
 
 What the layout cannot carry yet is refused before anything starts: plugins
@@ -28,11 +28,11 @@ from censor_sim import profile as profiles
 from netns.errors import LabError
 
 from .. import plugins
-from ..backend import CellRun, LabBackend, Process
-from ..labservices import LabServices
+from ..experiment.backend import CellRun, LabBackend, Process
+from ..experiment.labservices import LabServices
+from ..experiment.runner import LabRunner
+from ..experiment.spec import Spec, SpecError
 from ..plugins.base import CellContext, Endpoint, Service
-from ..runner import LabRunner
-from ..spec import Spec, SpecError
 from ..workloads.cell import CellPlan, Measurement, config_dict
 from .hosts import Host
 from .layout import MACHINES, PREFIXLEN, SERVER_ROLE_ADDRESSES, VmLab, machine_of

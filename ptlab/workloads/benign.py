@@ -38,7 +38,7 @@ from ptlab.services.benign import binary_frame
 from ptlab.services.netutil import family_of, format_hostport
 from ptlab.services.sshd import SshdFiles, ssh_client_argv
 
-from ..flowroles import BENIGN_PORTS, TCP, UDP
+from ..common.flowroles import BENIGN_PORTS, TCP, UDP
 
 MAX_HTTP_RESPONSE = 1 << 20
 SSH_COMMAND = "echo ptlab-benign-ok"
@@ -118,7 +118,7 @@ def collateral_share(results: list[BenignResult]) -> float:
 
 def _bind_benign_port(sock: socket.socket) -> None:
     """Bind to a free port of BENIGN_PORTS, so the censor's events about this flow
-    can be told from the transport's (ptlab.flowroles)."""
+    can be told from the transport's (ptlab.common.flowroles)."""
     any_addr = "::" if sock.family == socket.AF_INET6 else "0.0.0.0"
     for _ in range(64):
         try:

@@ -5,7 +5,7 @@ client namespace. A run across machines (``ptlab vm run``) measures on the
 client host instead: ``python -m ptlab.workloads.cell CONFIG.json`` runs the
 same code there and prints the :class:`Measurement` as one JSON line. Both
 runners turn a measurement into a result row with the same code
-(:mod:`ptlab.runner`), so their rows can be compared field by field.
+(:mod:`ptlab.experiment.runner`), so their rows can be compared field by field.
 """
 
 from __future__ import annotations

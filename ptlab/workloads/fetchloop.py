@@ -1,7 +1,7 @@
 """A client's workload outside the lab: fetch through a PT's SOCKS port, again and again.
 
 ``python -m ptlab.workloads.fetchloop --info pt.json --target HOST:PORT ...``
-waits for ``ptlab.ptparent``'s info file (the PT's CMETHOD), then every
+waits for ``ptlab.processes.ptparent``'s info file (the PT's CMETHOD), then every
 ``--every`` seconds opens a tunnel with the bridge-line ``--arg``\\ s, downloads
 ``/bulk?size=N&seed=i`` from the web server, checks its SHA-256, and prints
 one JSON line per fetch. It needs no namespaces, so it runs where the lab
@@ -81,7 +81,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ptlab.workloads.fetchloop",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--info", required=True, help="ptlab.ptparent's --info file")
+    p.add_argument("--info", required=True, help="ptlab.processes.ptparent's --info file")
     p.add_argument("--target", required=True, help="HOST:PORT of the web server")
     p.add_argument("--arg", action="append", default=[], help="a bridge-line KEY=VALUE")
     p.add_argument("--size", type=int, default=100_000)

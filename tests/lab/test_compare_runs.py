@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ptlab.results import SCHEMA_VERSION
+from ptlab.common.results import SCHEMA_VERSION
 
 from .conftest import REPO, ptlab
 

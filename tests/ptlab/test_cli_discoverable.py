@@ -12,7 +12,7 @@ import pytest
 
 from censor_sim.profile import ProfileError, available, load_profile
 from ptlab import cli, plugins
-from ptlab.spec import SpecError, parse_spec
+from ptlab.experiment.spec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

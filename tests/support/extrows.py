@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ptlab import plugins
-from ptlab.spec import parse_spec
+from ptlab.experiment.spec import parse_spec
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 

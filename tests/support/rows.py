@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptlab.results import Results, Row
+from ptlab.common.results import Results, Row
 
 
 def reachable_row(**fields: Any) -> Row:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from censor_sim.profile import available as profiles_available
 from ptlab import plugins
-from ptlab.spec import Spec, load_spec
+from ptlab.experiment.spec import Spec, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

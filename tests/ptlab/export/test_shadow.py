@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from ptlab.experiment.spec import SpecError
 from ptlab.export import shadow
 from ptlab.export.scalespec import load_scale_spec, parse_scale_spec
-from ptlab.spec import SpecError
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ptlab.experiment.spec import SpecError
 from ptlab.ml.dataset import load_dataset_spec, parse_dataset_spec, scaled
-from ptlab.spec import SpecError
 
 GOOD = {"dataset": {"name": "t", "seed": 3, "window": 20},
         "settings": {"lan": {}, "tun": {"mtu": 1380, "delay_ms": 20}},

@@ -11,10 +11,10 @@ import pytest
 
 from censor_sim.detectors.ml import features
 from censor_sim.detectors.ml.flowlog import DOWN, UP, FlowLog
+from ptlab.experiment.spec import SpecError
 from ptlab.ml.dataset import FORMAT, META_COLUMNS, load_dataset
 from ptlab.ml.evaluate import EvalOptions, evaluate, split
 from ptlab.ml.report import render, summary_lines
-from ptlab.spec import SpecError
 
 pytest.importorskip("sklearn")
 

@@ -17,11 +17,11 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from netns.errors import LabError
 from ptlab import plugins
-from ptlab.flowroles import BENIGN_PORTS
+from ptlab.common.flowroles import BENIGN_PORTS
+from ptlab.experiment.spec import SpecError, parse_spec
 from ptlab.plugins.base import CellContext
 from ptlab.plugins.external import ExternalPlugin
 from ptlab.services.ca import LabCA
-from ptlab.spec import SpecError, parse_spec
 from tests.support.extrows import curated, run_row
 
 SS = {"kind": "external", "mode": "socks",
@@ -182,7 +182,7 @@ def test_extlaunch_is_not_ready_while_its_port_is_closed_and_passes_sigterm_on(
               "while True: time.sleep(0.1)\n")
     # The launcher watches port 1, which never opens: the tool runs, no ready event.
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "ptlab.extlaunch", "--ready-port",
+    proc = subprocess.Popen([sys.executable, "-m", "ptlab.processes.extlaunch", "--ready-port",
                              "127.0.0.1:1", "--component", "t", "--", sys.executable, "-c",
                              server], stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 10
@@ -204,7 +204,7 @@ def test_extlaunch_ready_event(tmp_path: Path):
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     port = listener.getsockname()[1]
-    out = subprocess.run([sys.executable, "-m", "ptlab.extlaunch", "--ready-port",
+    out = subprocess.run([sys.executable, "-m", "ptlab.processes.extlaunch", "--ready-port",
                           f"127.0.0.1:{port}", "--component", "t", "--", sys.executable,
                           "-c", "import time; time.sleep(0.5)"],
                          capture_output=True, text=True, timeout=20)

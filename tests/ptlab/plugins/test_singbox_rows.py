@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from censor_sim.detectors import quic
-from ptlab import plugins, tools
+from ptlab import plugins
+from ptlab.common import tools
+from ptlab.common.results import Row
+from ptlab.experiment.runner import LabRunner
+from ptlab.experiment.scoring import apply_expectations
+from ptlab.experiment.spec import SpecError, load_spec, parse_spec
 from ptlab.plugins.external import SERVER_PORT, ExternalPlugin
-from ptlab.results import Row
-from ptlab.runner import LabRunner
-from ptlab.scoring import apply_expectations
-from ptlab.spec import SpecError, load_spec, parse_spec
 from tests.support.extrows import EXPERIMENTS, curated, run_row
 from tests.support.faketool import fake_tool
 
@@ -91,7 +92,7 @@ def test_a_build_without_with_quic_skips_the_quic_rows_with_that_reason(tmp_path
 def test_the_report_provenance_names_the_sing_box_build(tmp_path):
     """What ptlab run records for the rows' tool: the wheel's build, with its version,
     revision, tags and hash; and the user's own build when the spec names one."""
-    from ptlab.experiment import tool_builds
+    from ptlab.experiment.run import tool_builds
 
     wheel = tool_builds(load_spec(SPEC))["sing-box"]
     assert wheel["version"].startswith("sing-box version ")

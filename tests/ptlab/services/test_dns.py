@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError
 from ptlab.services.dns import DnsServer, Zone, handle_query, load_zone
+from ptlab.services.main import ConfigError
 from ptlab.services.netutil import parse_hostport
 
 ZONE_NAMES = {

@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError
 from ptlab.services import edge
 from ptlab.services.ca import LabCA
+from ptlab.services.main import ConfigError
 from ptlab.services.payload import expected_sha256, payload_chunks
 from ptlab.services.web import create_app, start_sites
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from censor_sim.prober import https
-from ptlab.extlaunch import port_open
+from ptlab.processes.extlaunch import port_open
 from ptlab.services.ca import LabCA
 from ptlab.services.nginxfront import Front, secret_path
 from tests.support.echo import echo

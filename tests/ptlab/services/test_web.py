@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 
 from ptcommon.events import EventLog
-from ptlab.service_main import ConfigError
 from ptlab.services import web
 from ptlab.services.ca import LabCA
+from ptlab.services.main import ConfigError
 from ptlab.services.payload import expected_sha256
 
 REPO = Path(__file__).resolve().parents[3]

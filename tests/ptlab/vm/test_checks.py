@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ptlab.spec import SpecError, parse_spec
+from ptlab.experiment.spec import SpecError, parse_spec
 from ptlab.vm.runner import check_spec
 
 REPO = Path(__file__).resolve().parents[3]

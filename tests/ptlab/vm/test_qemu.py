@@ -142,7 +142,7 @@ class _Host:
 
 
 def test_the_backend_scales_its_waits_by_the_machines_slowdown(tmp_path):
-    from ptlab.backend import CellRun
+    from ptlab.experiment.backend import CellRun
     from ptlab.plugins.base import Service
     from ptlab.vm.runner import VmBackend
     from tests.support.vmspec import quick_spec

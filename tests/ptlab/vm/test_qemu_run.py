@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from ptlab.runner import LabRunner
+from ptlab.experiment.runner import LabRunner
 from ptlab.vm import qemu
 from ptlab.vm.image import DEFAULT_CACHE, Image, default_inputs
 from ptlab.vm.runner import VmRunner

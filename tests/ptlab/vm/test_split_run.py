@@ -26,7 +26,7 @@ from scapy.utils import rdpcap
 from netns import ownership
 from netns.sh import which
 from ptcommon.events import count_events
-from ptlab.runner import LabRunner
+from ptlab.experiment.runner import LabRunner
 from ptlab.services.sshd import SSHD, prepare_sshd
 from ptlab.vm.hosts import SshHost
 from ptlab.vm.layout import SERVER_ROLE_ADDRESSES, VmLab

@@ -35,8 +35,9 @@ def web():
 
 def test_fetches_through_a_pt_and_checks_every_byte(web, tmp_path, capsys):
     info = tmp_path / "pt.json"
-    pt = subprocess.Popen([sys.executable, "-m", "ptlab.ptparent", "client", "--transport",
-                           "direct", "--state", str(tmp_path / "st"), "--info", str(info), "--",
+    pt = subprocess.Popen([sys.executable, "-m", "ptlab.processes.ptparent", "client",
+                           "--transport", "direct", "--state", str(tmp_path / "st"),
+                           "--info", str(info), "--",
                            sys.executable, "-m", "transports.pt"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

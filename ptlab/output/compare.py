@@ -1,0 +1,171 @@
+"""``ptlab compare RUN_A RUN_B …``: what changed between runs, cell by cell.
+
+A regression hunt or a paper's "before and after" starts here: which cells
+changed status, by how much goodput moved (as a ratio with its interval, since
+goodput is compared on a log scale), and what else differed between the runs:
+the spec, the code (git SHA), the kernel, the peers' versions, the profiles.
+Each later run is compared with the first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..common.results import Results, Row, load_results
+from ..common.stats import t95
+from ..experiment.spec import flatten_keys
+from . import cellfmt
+
+Cell = tuple[str, str]
+
+
+@dataclass
+class CellChange:
+    cell: Cell
+    a: Row
+    b: Row
+
+    @property
+    def status_changed(self) -> bool:
+        return self.a.status != self.b.status
+
+    def goodput_ratio(self) -> tuple[float, tuple[float, float] | None] | None:
+        """B's goodput over A's (geometric means), with a Welch 95 % interval on the
+        log scale when both have two or more repetitions."""
+        xa, xb = self.a.goodput_samples, self.b.goodput_samples
+        if not xa or not xb or min(xa + xb) <= 0:
+            return None
+        la, lb = [math.log(x) for x in xa], [math.log(x) for x in xb]
+        ma, mb = sum(la) / len(la), sum(lb) / len(lb)
+        ratio = math.exp(mb - ma)
+        if len(la) < 2 or len(lb) < 2:
+            return ratio, None
+        va = sum((x - ma) ** 2 for x in la) / (len(la) - 1)
+        vb = sum((x - mb) ** 2 for x in lb) / (len(lb) - 1)
+        se2 = va / len(la) + vb / len(lb)
+        if se2 == 0:
+            return ratio, (ratio, ratio)
+        # Welch–Satterthwaite degrees of freedom.
+        df = se2 ** 2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1))
+        half = t95(max(1, int(df))) * math.sqrt(se2)
+        return ratio, (math.exp(mb - ma - half), math.exp(mb - ma + half))
+
+
+@dataclass
+class Comparison:
+    a_dir: str
+    b_dir: str
+    changes: list[CellChange] = field(default_factory=list)
+    only_a: list[Cell] = field(default_factory=list)
+    only_b: list[Cell] = field(default_factory=list)
+    spec_diffs: list[tuple[str, Any, Any]] = field(default_factory=list)
+    provenance_diffs: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    @property
+    def status_changes(self) -> list[CellChange]:
+        return [c for c in self.changes if c.status_changed]
+
+
+def _diffs(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()
+           ) -> list[tuple[str, Any, Any]]:
+    fa, fb = flatten_keys(a), flatten_keys(b)
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys())
+            if fa.get(k) != fb.get(k) and not k.startswith(skip)]
+
+
+#: Provenance keys that differ between any two runs and say nothing about them.
+_VOLATILE = ("hostname", "started", "lab_id", "seeds.run")
+
+
+def compare(a: Results, b: Results, a_dir: str = "A", b_dir: str = "B") -> Comparison:
+    cells_a = {(r.transport, r.censor): r for r in a.rows}
+    cells_b = {(r.transport, r.censor): r for r in b.rows}
+    out = Comparison(a_dir, b_dir)
+    for cell, row in cells_a.items():
+        if cell in cells_b:
+            out.changes.append(CellChange(cell, row, cells_b[cell]))
+        else:
+            out.only_a.append(cell)
+    out.only_b = [c for c in cells_b if c not in cells_a]
+    out.spec_diffs = _diffs(a.spec, b.spec)
+    out.provenance_diffs = _diffs(a.provenance, b.provenance, _VOLATILE)
+    return out
+
+
+def _ratio_text(change: CellChange) -> str:
+    r = change.goodput_ratio()
+    if r is None:
+        return "—"
+    ratio, ci = r
+    return f"×{ratio:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def text_report(cmp: Comparison) -> str:
+    lines = [f"compare {cmp.a_dir} -> {cmp.b_dir}",
+             f"{len(cmp.changes)} cells in both; {len(cmp.status_changes)} changed status"]
+    width = max([len(f"{t} × {c}") for t, c in (x.cell for x in cmp.changes)] + [4])
+    for ch in cmp.changes:
+        mark = "!" if ch.status_changed else " "
+        lines.append(f"{mark} {ch.cell[0] + ' × ' + ch.cell[1]:<{width}}  "
+                     f"{cellfmt.status(ch.a):<16} -> {cellfmt.status(ch.b):<16} "
+                     f"goodput {_ratio_text(ch)}")
+    for title, cells in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
+        for t, c in cells:
+            lines.append(f"  {t} × {c}: {title}")
+    for title, diffs in (("spec", cmp.spec_diffs), ("provenance", cmp.provenance_diffs)):
+        lines.append(f"{title}: " + ("no differences" if not diffs else f"{len(diffs)} differ"))
+        for k, va, vb in diffs:
+            lines.append(f"  {k}: {va!r} -> {vb!r}")
+    return "\n".join(lines) + "\n"
+
+
+def html_report(cmp: Comparison) -> str:
+    rows = []
+    for ch in cmp.changes:
+        cls = ' class="changed"' if ch.status_changed else ""
+        rows.append(f"<tr{cls}><td>{escape(ch.cell[0])}</td><td>{escape(ch.cell[1])}</td>"
+                    f"<td>{escape(cellfmt.status(ch.a))}</td>"
+                    f"<td>{escape(cellfmt.status(ch.b))}</td>"
+                    f"<td>{escape(cellfmt.goodput(ch.a))}</td>"
+                    f"<td>{escape(cellfmt.goodput(ch.b))}</td>"
+                    f"<td>{escape(_ratio_text(ch))}</td></tr>")
+
+    def diff_table(diffs: list[tuple[str, Any, Any]]) -> str:
+        if not diffs:
+            return "<p>No differences.</p>"
+        body = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{escape(repr(a))}</td>"
+                       f"<td>{escape(repr(b))}</td></tr>" for k, a, b in diffs)
+        return f"<table><tr><th>key</th><th>A</th><th>B</th></tr>{body}</table>"
+
+    only = "".join(f"<li>{escape(t)} × {escape(c)}: only in {w}</li>"
+                   for w, cells in (("A", cmp.only_a), ("B", cmp.only_b)) for t, c in cells)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>ptlab compare</title><style>body{font-family:system-ui,sans-serif;margin:2em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em}"
+        "tr.changed{background:#fde8c8}</style></head><body>"
+        f"<h1>ptlab compare</h1><p>A: <code>{escape(cmp.a_dir)}</code><br>"
+        f"B: <code>{escape(cmp.b_dir)}</code></p>"
+        f"<p>{len(cmp.changes)} cells in both; <strong>{len(cmp.status_changes)} changed "
+        "status</strong>. Goodput ratio is B/A of the geometric means, with a Welch 95 % "
+        "interval on the log scale.</p>"
+        "<table><tr><th>transport</th><th>censor</th><th>status A</th><th>status B</th>"
+        "<th>goodput A Mbit/s</th><th>goodput B Mbit/s</th><th>B/A</th></tr>"
+        + "".join(rows) + "</table>"
+        + (f"<ul>{only}</ul>" if only else "")
+        + "<h2>Spec</h2>" + diff_table(cmp.spec_diffs)
+        + "<h2>Provenance</h2>" + diff_table(cmp.provenance_diffs)
+        + "</body></html>\n")
+
+
+def run(dirs: list[Path], html: Path | None = None) -> tuple[str, list[Comparison]]:
+    """Compare every later run with the first; the text, and the comparisons."""
+    first = load_results(dirs[0])
+    comparisons = [compare(first, load_results(d), str(dirs[0]), str(d)) for d in dirs[1:]]
+    if html is not None:
+        html.write_text("\n".join(html_report(c) for c in comparisons), encoding="utf-8")
+    return "".join(text_report(c) for c in comparisons), comparisons

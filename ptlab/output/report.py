@@ -1,0 +1,424 @@
+"""A self-contained HTML report of one run (results.json -> report.html).
+
+One file with its figures inlined (SVG), so a report can be mailed, attached to
+a CI run or archived; the figures are also written to ``figures/`` as SVG and
+PNG for papers. The report puts the numbers in context: what the experiment
+was, the RTT and whether the link was shaped, every censor override beside the
+value the profile's source gives, and per cell a drill-down (its repetitions,
+a timeline of what the censor did to the transport's flow, the log lines that
+matter, links to the cell's pcaps and logs). Statistics follow
+docs/lab/results.md: k of n with Wilson intervals, goodput on the log scale,
+the median's own interval for latency, n everywhere.
+
+Usage: ``python -m ptlab.output.report RESULTS_DIR``
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..common.results import Results, Row, load_results
+from . import cellfmt, figures
+
+REPORT_HTML = "report.html"
+FIGURES_DIR = "figures"
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.status { color: #fff; font-weight: bold; }
+.status-reachable { background: #0072B2; }
+.status-blocked { background: #D55E00; }
+.status-ERROR { background: #999999; }
+.status-skipped { background: #E6E6E6; color: #000; }
+.met-yes { color: #0072B2; } .met-no { color: #D55E00; font-weight: bold; }
+.warn { background: #fff4d6; border-left: 4px solid #E69F00; padding: 0.5em 1em; }
+code, pre { font-size: 0.85em; }
+pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
+figure { margin: 1em 0; } svg { max-width: 100%; height: auto; }
+section.cell { border-top: 1px solid #ccc; margin-top: 1.5em; }
+ol.timeline li { font-family: ui-monospace, monospace; font-size: 0.85em; }
+.role-transport { font-weight: bold; }
+"""
+
+#: Log lines worth showing in a cell's drill-down (not JSON events, which the
+#: timeline shows): failures, tor's bootstrap progress, handshake outcomes.
+NOTABLE = re.compile(r"error|fail|warn|refused|reset|timed? ?out|Bootstrapped|denied|"
+                     r"unreachable|closed", re.I)
+MAX_LOG_LINES = 8
+MAX_TIMELINE = 40
+
+
+def anchor(row: Row) -> str:
+    return "cell-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{row.transport}--{row.censor}")
+
+
+def _parse_time(s: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def _time_span(results: Results) -> str:
+    span = f"{results.started} → {results.finished}"
+    start, end = _parse_time(results.started), _parse_time(results.finished)
+    if start is not None and end is not None:
+        try:
+            span += f" ({(end - start).total_seconds():.0f} s)"
+        except TypeError:  # one naive, one aware
+            pass
+    return span
+
+
+def rtt_statement(results: Results) -> str:
+    """The sentence every report must carry: which RTT(s) the run used."""
+    rtts = results.rtts_ms()
+    if not rtts:
+        return "RTT: not recorded in any result row."
+    missing = sum(1 for r in results.rows if r.rtt_ms is None)
+    text = "RTT: " + ", ".join(f"{x:g} ms" for x in rtts)
+    if missing:
+        text += f" ({missing} row(s) without a recorded RTT)"
+    return text + "."
+
+
+# --- context ----------------------------------------------------------------------------
+
+
+def _kv_rows(items: dict[str, Any]) -> str:
+    return "".join(f"<tr><th>{escape(str(k))}</th><td><code>{escape(str(v))}</code></td></tr>"
+                   for k, v in items.items())
+
+
+def _context_html(results: Results) -> str:
+    spec = results.spec or {}
+    exp, topo, wl = (spec.get(k, {}) for k in ("experiment", "topology", "workloads"))
+    reps = max((r.repetitions for r in results.rows), default=0)
+    parts = []
+    if exp.get("description"):
+        parts.append(f"<p>{escape(str(exp['description']))}</p>")
+    facts = {
+        "repetitions per cell": reps or exp.get("repetitions", "?"),
+        "seed": exp.get("seed", "?"),
+        "bulk download": f"{wl.get('bulk', {}).get('size', 'default')} bytes per repetition",
+        "latency samples": wl.get("latency", {}).get("count", "default"),
+        "benign mix": "on" if wl.get("benign", {}).get("enabled", True) else "off",
+        "link": ((f"{topo['rate_mbit']} Mbit/s" if topo.get("rate_mbit") else "unshaped rate")
+                 + f", {topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms "
+                 "added delay"),
+        "machines": results.provenance.get("machines", "this machine's namespaces"),
+    }
+    parts.append(f"<table>{_kv_rows(facts)}</table>")
+    if not topo.get("rate_mbit"):
+        parts.append('<p class="warn">The link is unshaped: goodput measures how fast this '
+                     "machine's CPU moves bytes through each transport, not a network. "
+                     "Compare transports with each other within this run, not with "
+                     "another machine's numbers.</p>")
+    if 0 < reps < 3:
+        parts.append(f'<p class="warn">{reps} repetition(s) per cell: intervals are wide or '
+                     "absent; the figures show the repetitions themselves.</p>")
+    return "\n".join(parts)
+
+
+def _censors_html(results: Results) -> str:
+    columns = results.provenance.get("censors") or {}
+    if not columns:
+        return "<p>This run did not record its censor columns.</p>"
+    out = ["<table><tr><th>column</th><th>profile</th><th>source</th>"
+           "<th>override</th><th>value here</th><th>source's value</th>"
+           "<th>effective profile SHA-256</th></tr>"]
+    for column, info in columns.items():
+        overrides = info.get("overrides") or [None]
+        for i, o in enumerate(overrides):
+            head = (f'<td rowspan="{len(overrides)}">{escape(column)}</td>'
+                    f'<td rowspan="{len(overrides)}"><code>{escape(info["profile"])}</code></td>'
+                    f'<td rowspan="{len(overrides)}">{escape(info.get("source", ""))}</td>'
+                    if i == 0 else "")
+            tail = (f'<td rowspan="{len(overrides)}"><code>'
+                    f'{escape(info.get("effective_sha256", "")[:16])}…</code></td>'
+                    if i == 0 else "")
+            if o is None:
+                out.append(f'<tr>{head}<td colspan="3">no overrides: the profile as its '
+                           f"source gives it</td>{tail}</tr>")
+                continue
+            out.append(f"<tr>{head}<td><code>{escape(o['key'])}</code></td>"
+                       f"<td><code>{escape(json.dumps(o['value']))}</code></td>"
+                       f"<td><code>{escape(json.dumps(o['source_value']))}</code></td>{tail}</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _provenance_html(prov: dict[str, Any]) -> str:
+    sha = str(prov.get("git_sha", "unknown")) + (" (dirty working tree)"
+                                                 if prov.get("git_dirty") else "")
+    basics = {"git SHA": sha, "kernel": prov.get("kernel", "unknown"),
+              "python": prov.get("python", "unknown"), "hostname": prov.get("hostname",
+                                                                            "unknown")}
+    parts = [f"<table>{_kv_rows(basics)}</table>"]
+    for title, key in (("Transports", "transports"), ("Peer binaries", "peers"),
+                       ("Python dependencies", "python_deps"), ("Seeds", "seeds"),
+                       ("Profile files (SHA-256)", "profiles")):
+        section = prov.get(key) or {}
+        body = _kv_rows(section) if section else "<tr><td>none recorded</td></tr>"
+        parts.append(f"<h3>{escape(title)}</h3><table>{body}</table>")
+    # Tools the rows name as {tool.NAME}: which build ran (ptlab/common/tools.py).
+    for name, build in sorted((prov.get("tools") or {}).items()):
+        parts.append(f"<h3>Tool {escape(name)}</h3><table>{_kv_rows(build)}</table>")
+    return "\n".join(parts)
+
+
+# --- tables -----------------------------------------------------------------------------
+
+
+def _met(row: Row) -> tuple[str, str]:
+    if row.expectation_met is None:
+        return "—", ""
+    if row.expectation_met:
+        return f"✓ ({row.expectation})", "met-yes"
+    return f"✗ (expected {row.expectation})", "met-no"
+
+
+def _results_table_html(rows: Sequence[Row]) -> str:
+    head = ("<tr><th>cell</th><th>status k/n [95 % Wilson]</th>"
+            "<th>goodput Mbit/s geo. mean [95 % CI] n</th>"
+            "<th>latency ms median [CI] n</th><th>RTT ms</th><th>collateral</th>"
+            "<th>transport detection</th><th>expectation</th></tr>")
+    body = []
+    for r in rows:
+        met, met_cls = _met(r)
+        body.append(
+            f'<tr><td><a href="#{anchor(r)}">{escape(r.transport)} × {escape(r.censor)}</a></td>'
+            f'<td class="status status-{escape(r.status)}">{escape(cellfmt.status(r))} '
+            f"{escape(cellfmt.reachability_interval(r))}</td>"
+            f'<td class="num">{escape(cellfmt.goodput(r))}</td>'
+            f'<td class="num">{escape(cellfmt.latency(r))}</td>'
+            f'<td class="num">{"—" if r.rtt_ms is None else f"{r.rtt_ms:.1f}"}</td>'
+            f"<td>{escape(cellfmt.collateral(r))}</td>"
+            f"<td>{escape(cellfmt.detection(r))}</td>"
+            f'<td class="{met_cls}">{escape(met)}</td></tr>')
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def _collateral_html(rows: Sequence[Row]) -> str:
+    """Benign class × censor: flows blocked / run, summed over the transports."""
+    censors = list(dict.fromkeys(r.censor for r in rows))
+    classes = sorted({k for r in rows for k in r.benign_detail})
+    if not classes:
+        return "<p>No benign flows ran.</p>"
+    cells: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        for k, d in r.benign_detail.items():
+            c = cells.setdefault((k, r.censor), [0, 0])
+            c[0] += d.get("blocked", 0)
+            c[1] += d.get("blocked", 0) + d.get("ok", 0)
+    head = "<tr><th>benign class</th>" + "".join(f"<th>{escape(c)}</th>" for c in censors)
+    body = []
+    for k in classes:
+        tds = []
+        for c in censors:
+            b, n = cells.get((k, c), (0, 0))
+            style = ' class="met-no"' if b else ""
+            tds.append(f'<td class="num"{"" if not b else style}>{b}/{n}</td>' if n
+                       else "<td>—</td>")
+        body.append(f"<tr><th>{escape(k)}</th>{''.join(tds)}</tr>")
+    return f"<table>{head}</tr>{''.join(body)}</table>"
+
+
+# --- per-cell drill-down -----------------------------------------------------------------
+
+
+def _events_by_cell(directory: Path | None) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    path = directory / "events.jsonl" if directory else None
+    if path is None or not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict):
+            out.setdefault(str(e.get("cell")), []).append(e)
+    return out
+
+
+_TIMELINE_EVENTS = {"detection", "probe_request", "probe_verdict", "probe_failed", "counters",
+                    "bulk", "cell_start", "cell_end", "block_server", "ready",
+                    "tor_bootstrap", "tor_warn", "tor_err"}
+
+
+def _timeline_html(events: list[dict[str, Any]]) -> str:
+    """The transport's story in the cell: the runner's markers, each repetition,
+    the censor's detections (transport flows first), probes and counters."""
+    keep = [e for e in events if e.get("event") in _TIMELINE_EVENTS
+            and (e.get("event") != "ready" or e.get("component") == "censor")
+            and e.get("role") in (None, "transport", "probe")]
+    if not keep:
+        return "<p>No events recorded for this cell.</p>"
+    t0 = float(keep[0].get("ts", 0))
+    items = []
+    for e in keep[:MAX_TIMELINE]:
+        what = {k: v for k, v in e.items()
+                if k not in ("ts", "component", "event", "cell", "flow", "evidence", "counters")}
+        cls = ' class="role-transport"' if e.get("role") == "transport" else ""
+        items.append(f"<li{cls}>+{float(e.get('ts', t0)) - t0:7.3f} s "
+                     f"{escape(str(e.get('component')))}: <b>{escape(str(e.get('event')))}</b> "
+                     f"{escape(json.dumps(what, default=str)[:200])}</li>")
+    more = (f"<p>… {len(keep) - MAX_TIMELINE} more in events.jsonl.</p>"
+            if len(keep) > MAX_TIMELINE else "")
+    return f'<ol class="timeline">{"".join(items)}</ol>{more}'
+
+
+def _logs_html(directory: Path | None, row: Row) -> str:
+    if directory is None or not row.cell_dir:
+        return ""
+    cell = directory / row.cell_dir
+    if not cell.is_dir():
+        return f"<p>Cell files: <code>{escape(row.cell_dir)}</code> (not present here).</p>"
+    links, notable = [], []
+    for f in sorted(cell.iterdir()):
+        if not f.is_file():
+            continue
+        rel = f.relative_to(directory).as_posix()
+        links.append(f'<a href="{escape(rel)}">{escape(f.name)}</a>')
+        if f.suffix == ".log":
+            lines = [x for x in f.read_text(errors="replace").splitlines()
+                     if not x.lstrip().startswith("{") and NOTABLE.search(x)]
+            notable += [f"{f.name}: {x[:240]}" for x in lines[-MAX_LOG_LINES:]]
+    html = f"<p>Files: {' · '.join(links) or 'none'}</p>"
+    if notable:
+        html += ("<details><summary>Log lines that matter</summary><pre>"
+                 + escape("\n".join(notable)) + "</pre></details>")
+    return html
+
+
+def _repetitions_html(row: Row) -> str:
+    if not row.repetition_outcomes:
+        return f"<p>No repetition ran{': ' + escape(row.error) if row.error else ''}.</p>"
+    body = "".join(
+        f"<tr><td>{o.get('repetition')}</td><td>{'✓' if o.get('ok') else '✗'}</td>"
+        f"<td class=\"num\">{'—' if o.get('goodput_mbit_s') is None else round(o['goodput_mbit_s'], 3)}</td>"  # noqa: E501
+        f"<td class=\"num\">{o.get('seconds')}</td><td class=\"num\">{o.get('bytes')}</td>"
+        f"<td>{escape(str(o.get('error') or ''))}</td></tr>" for o in row.repetition_outcomes)
+    return ("<table><tr><th>#</th><th>ok</th><th>Mbit/s</th><th>s</th><th>bytes</th>"
+            f"<th>error</th></tr>{body}</table>")
+
+
+def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -> str:
+    pcaps = " · ".join(f'<a href="{escape(p)}">{escape(Path(p).name)}</a>' for p in row.pcaps)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in row.notes)
+    return (f'<section class="cell" id="{anchor(row)}">'
+            f"<h3>{escape(row.transport)} × {escape(row.censor)}</h3>"
+            f"<p><strong>{escape(cellfmt.summary(row))}</strong></p>"
+            + (f"<ul>{notes}</ul>" if notes else "")
+            + "<h4>Repetitions</h4>" + _repetitions_html(row)
+            + "<h4>Timeline</h4>" + _timeline_html(events)
+            + "<h4>Captures and logs</h4>"
+            + (f"<p>pcaps: {pcaps}</p>" if pcaps else "<p>No captures.</p>")
+            + _logs_html(directory, row)
+            + "</section>")
+
+
+# --- the page ---------------------------------------------------------------------------
+
+
+def _figure(name: str, fig, alt: str, directory: Path | None) -> str:
+    svg, png = figures.render(fig)
+    link = ""
+    if directory is not None:
+        out = directory / FIGURES_DIR
+        out.mkdir(exist_ok=True)
+        (out / f"{name}.svg").write_text(svg, encoding="utf-8")
+        (out / f"{name}.png").write_bytes(png)
+        link = (f'<figcaption>{escape(alt)} (<a href="{FIGURES_DIR}/{name}.svg">SVG</a>, '
+                f'<a href="{FIGURES_DIR}/{name}.png">PNG</a>)</figcaption>')
+        return f'<figure id="fig-{name}">{svg[svg.index("<svg"):]}{link}</figure>'
+    b64 = base64.b64encode(png).decode("ascii")
+    return (f'<figure id="fig-{name}"><img src="data:image/png;base64,{b64}" '
+            f'alt="{escape(alt)}"></figure>')
+
+
+def render_html(results: Results, directory: Path | None = None) -> str:
+    """The whole report as one HTML string; with ``directory`` (the run's results)
+    the drill-down reads its events and logs and the figures are also written there."""
+    rows = results.rows
+    title = f"ptlab report — {Path(results.spec_path).name or results.spec_path}"
+    events = _events_by_cell(directory)
+    sections = [
+        f"<h1>{escape(title)}</h1>",
+        f"<p>Spec: <code>{escape(results.spec_path)}</code> · Run: "
+        f"{escape(_time_span(results))}</p>",
+        f'<p class="rtt"><strong>{escape(rtt_statement(results))}</strong></p>',
+        "<h2>The experiment</h2>", _context_html(results),
+        "<h2>Censors and their overrides</h2>", _censors_html(results),
+        "<h2>Results</h2>",
+    ]
+    if rows:
+        sections.append(_results_table_html(rows))
+        sections.append("<p>Status: reachable when at least half the repetitions got "
+                        "through byte-exact (docs/lab/results.md §2).</p>")
+        sections.append("<h2>Figures</h2>")
+        sections.append(_figure("status", figures.status_grid(rows),
+                                "status per cell, k/n repetitions", directory))
+        sections.append(_figure("goodput", figures.goodput_facets(rows),
+                                "goodput per cell, faceted by censor", directory))
+        rel = figures.relative_goodput(rows)
+        if rel is not None:
+            sections.append(_figure("goodput-relative", rel,
+                                    "goodput relative to no censor", directory))
+        lat = figures.latency_points(rows)
+        if lat is not None:
+            sections.append(_figure("latency", lat, "latency samples per cell", directory))
+        sections.append("<h2>Collateral damage by benign class</h2>"
+                        "<p>Benign flows blocked / run, per class and censor, summed over "
+                        "the transports' cells.</p>" + _collateral_html(rows))
+        sections.append("<h2>Cells</h2>")
+        sections += [_cell_html(r, events.get(Path(r.cell_dir).name if r.cell_dir else "", []),
+                                directory) for r in rows]
+    else:
+        sections.append("<p>This run has no result rows.</p>")
+    sections.append("<h2>Provenance</h2>" + _provenance_html(results.provenance))
+    sections.append(f"<p>Schema version {results.schema_version}.</p>")
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(sections) + "\n</body></html>\n")
+
+
+def render_report(directory: Path | str) -> Path:
+    """Read directory/results.json and write directory/report.html; returns its path."""
+    directory = Path(directory)
+    out = directory / REPORT_HTML
+    out.write_text(render_html(load_results(directory), directory), encoding="utf-8")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: render the report for one results directory."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ptlab.output.report", description="Render report.html from results.json.")
+    parser.add_argument("results_dir", type=Path, help="directory holding results.json")
+    args = parser.parse_args(argv)
+    try:
+        path = render_report(args.results_dir)
+    except (OSError, ValueError) as exc:
+        print(f"ptlab.output.report: error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
