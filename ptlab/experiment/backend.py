@@ -14,7 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from ..common.labview import Process, Stoppable
 
 if TYPE_CHECKING:
     from censor_sim.profile import Profile
@@ -23,26 +25,6 @@ if TYPE_CHECKING:
     from ..plugins.base import CellContext, Endpoint, Service
     from ..workloads.cell import CellPlan, Measurement
     from .labservices import LabServices
-
-
-class Process(Protocol):
-    """A long-running lab process, wherever it runs: it logs, it can be waited on
-    (its readiness line) and stopped."""
-
-    name: str
-    argv: list[str]
-
-    def running(self) -> bool: ...
-    def stop(self, timeout: float = 3.0) -> int | None: ...
-    def log_text(self, this_run_only: bool = False) -> str: ...
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> None: ...
-    def cpu_seconds(self) -> float | None: ...
-
-
-class Stoppable(Protocol):
-    """A packet capture: started for a cell, stopped when it ends."""
-
-    def stop(self) -> Any: ...
 
 
 @dataclass
@@ -88,8 +70,7 @@ class LabBackend(ABC):
         """What the cells run on, for progress lines."""
 
     @abstractmethod
-    def context(self, transport: str, options: dict[str, Any], seed: int,
-                cell_dir: Path) -> CellContext:
+    def context(self, options: dict[str, Any], seed: int, cell_dir: Path) -> CellContext:
         """What a plugin may use to build its processes for one cell."""
 
     @abstractmethod

@@ -17,37 +17,31 @@ import json
 import sys
 from pathlib import Path
 
-from netns.lab import Lab
 from netns.process import LabProcess
 from ptcommon.events import READY_PATTERN
 
+from ..common.labview import LabView, Process, namespace_lab
+from ..common.wellknown import (
+    BINARY_PORT,
+    DNS_PORT,
+    EDGE_HTTPS,
+    EDGE_ORIGINS,
+    EDGE_SITES,
+    ISP_RANGE,
+    ISP_SERVER,
+    QUIC_PORT,
+    SERVER_PORT,
+    SSH_PORT,
+    STUN_PORT,
+    TUNNEL_ZONE,
+    UDP_PORT,
+    WEB_HTTP,
+    WEB_HTTPS,
+)
 from ..services.ca import LabCA
 from ..services.sshd import READY_MARKER as SSHD_READY
 from ..services.sshd import SshdFiles, prepare_sshd
-from ..vm.layout import VmLab
-from .backend import Process
-
-WEB_HTTP, WEB_HTTPS, EDGE_HTTPS, EDGE_HTTP = 80, 443, 443, 80
-DNS_PORT, STUN_PORT, BINARY_PORT, UDP_PORT, SSH_PORT = 53, 3478, 7000, 7001, 22
-QUIC_PORT = 443  # UDP: the QUIC echo, where HTTP/3 servers listen
-# The zone the lab resolver delegates to the bridge, for DNS tunnels.
-TUNNEL_ZONE = "tunnel.lab"
-# Benign sites behind the edge, and the names fronted transports will use.
-# Two front domains (front.lab, assets.lab) and two benign sites share the edge.
-EDGE_SITES = ("www.benign.lab", "news.benign.lab", "front.lab", "assets.lab")
-# Origins behind the edge on other nodes: name -> (node, port, mode). They run
-# per cell; between cells the edge answers 502 for them. meek's origin sits
-# behind a reflector route (only meek's headers pass, Meek-IP added).
-SNOWFLAKE_EDGE_NAME, SNOWFLAKE_BROKER_PORT = "snowflake.lab", 8080
-MEEK_EDGE_NAME, MEEK_PORT = "meek.lab", 7080
-CONJURE_EDGE_NAME, CONJURE_REGISTRAR_PORT = "conjure.lab", 8090
-# The ISP's range (Conjure's lab row adds it to the isp node): used addresses in
-# the lower half run ordinary servers, the upper half is phantom space.
-ISP_RANGE, ISP_PHANTOMS, ISP_SERVER = "198.19.200.0/24", "198.19.200.128/25", "198.19.200.10"
-ISP_RANGE6, ISP_PHANTOMS6 = "2001:db8:c800::/64", "2001:db8:c800:0:8000::/65"
-EDGE_ORIGINS = {SNOWFLAKE_EDGE_NAME: ("broker", SNOWFLAKE_BROKER_PORT, "cdn"),
-                MEEK_EDGE_NAME: ("bridge", MEEK_PORT, "reflector"),
-                CONJURE_EDGE_NAME: ("isp", CONJURE_REGISTRAR_PORT, "cdn")}
+from ..workloads.benign import BenignTargets
 
 
 class LabServices:
@@ -55,7 +49,7 @@ class LabServices:
 
     ssh_port = SSH_PORT  # the benign sshd's
 
-    def __init__(self, lab: Lab | VmLab, workdir: Path, ready_timeout_s: float = 20.0) -> None:
+    def __init__(self, lab: LabView, workdir: Path, ready_timeout_s: float = 20.0) -> None:
         self.lab = lab
         self.ready_timeout_s = ready_timeout_s
         self._ready: dict[str, str] = {}
@@ -68,7 +62,7 @@ class LabServices:
     @property
     def isp_servers(self) -> bool:
         """Whether the ISP owns its range in this lab (Conjure's row extends it)."""
-        isp = self.lab.topology.nodes.get("isp")
+        isp = namespace_lab(self.lab, "the lab services' ISP range").topology.nodes.get("isp")
         return isp is not None and ISP_RANGE in isp.extra_prefixes
 
     @property
@@ -80,13 +74,14 @@ class LabServices:
 
     def roles(self) -> list[str]:
         """The lab roles that get a name NAME.lab in the zone."""
-        return [r for r in self.lab.topology.nodes if self.lab.topology.links_of(r)]
+        topology = namespace_lab(self.lab, "the lab zone").topology
+        return [r for r in topology.nodes if topology.links_of(r)]
 
     def addresses(self, role: str) -> list[str]:
         return [self.lab.addr(role), self.lab.addr(role, v6=True)]
 
     def has_role(self, role: str) -> bool:
-        return role in self.lab.topology.nodes
+        return role in namespace_lab(self.lab, "has_role").topology.nodes
 
     def bind_hosts(self, role: str) -> list[str]:
         """Where `role`'s services listen: every address of their namespace."""
@@ -100,8 +95,8 @@ class LabServices:
         return [sys.executable, "-m"]
 
     def launch(self, name: str, role: str, argv: list[str]) -> Process:
-        assert isinstance(self.lab, Lab)  # the three-machine lab overrides launch
-        return LabProcess(self.lab.ns(role), argv, name, self.dir / f"{name}.log").start()
+        lab = namespace_lab(self.lab, "LabServices.launch")  # the three machines override it
+        return LabProcess(lab.ns(role), argv, name, self.dir / f"{name}.log").start()
 
     # --- the services ---------------------------------------------------------------
 
@@ -119,8 +114,6 @@ class LabServices:
         port, where a DNS tunnel's server (iodined) listens (docs/lab/transports.md §7.5)."""
         if not self.has_role("bridge"):
             return []
-        from ..plugins.external import SERVER_PORT
-
         return ["--delegate", f"{TUNNEL_ZONE}={self.lab.addr('bridge')}:{SERVER_PORT}"]
 
     def prepare(self) -> list[tuple[str, str, list[str], str]]:
@@ -207,16 +200,9 @@ class LabServices:
                 self.procs[i] = fresh
         return names
 
-    async def benign_mix(self, timeout: float):
-        """Run the benign background mix from the client namespace."""
-        from ..workloads.benign import run_benign_mix
-
-        return await run_benign_mix(self.lab.ns("client"), self.benign_targets(), timeout,
-                                    ssh=self.sshd)
-
-    def benign_targets(self):
-        from ..workloads.benign import BenignTargets
-
+    def benign_targets(self) -> BenignTargets:
+        """Where the benign mix goes: the edge's sites, the web node's servers and
+        the resolver (and the ISP's servers when the lab has them)."""
         assert self.ca
         lab, ca = self.lab, str(self.ca.ca_path)
         return BenignTargets(

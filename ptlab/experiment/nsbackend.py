@@ -23,9 +23,10 @@ from netns.sh import require_root, require_tools
 from netns.topology import default_topology
 
 from .. import plugins
+from ..common.labview import Process
 from ..plugins.base import CellContext, Endpoint, Service
 from ..workloads.cell import CellPlan, Measurement, measure
-from .backend import CellRun, LabBackend, Process
+from .backend import CellRun, LabBackend
 from .labservices import LabServices
 from .spec import Spec
 
@@ -99,8 +100,7 @@ class NamespaceBackend(LabBackend):
 
     # --- cells ----------------------------------------------------------------
 
-    def context(self, transport: str, options: dict[str, Any], seed: int,
-                cell_dir: Path) -> CellContext:
+    def context(self, options: dict[str, Any], seed: int, cell_dir: Path) -> CellContext:
         assert self.lab and self.services
         return CellContext(self.lab, cell_dir, options, seed, self.services.upstream,
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,

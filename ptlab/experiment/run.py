@@ -11,12 +11,12 @@ from typing import Any
 
 from censor_sim.profile import load_profile, profile_path
 
-from .. import plugins
 from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
+from ..common.specfile import flatten_keys
 from ..output.report import render_report
 from ..output.terminal import print_results, progress
 from .runner import LabRunner
-from .spec import Spec, flatten_keys
+from .spec import Spec
 
 
 @dataclass
@@ -40,8 +40,8 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
     cells = spec.cells()
     log = console.print if console else print
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
-    peers = sorted(set(PEER_BINARIES)
-                   | {b for t in spec.transports for b in plugins.get(t).peer_binaries()})
+    rows = spec.rows()
+    peers = sorted(set(PEER_BINARIES) | {b for r in rows for b in r.plugin.peer_binaries()})
     runner = runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
     with progress(console) as bar:
         task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
@@ -51,7 +51,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
 
             prov = provenance({"experiment": spec.seed}, profile_files, peers)
             # What each row runs (whose implementation, which stacks), for the report.
-            prov["transports"] = {t: plugins.get(t).description for t in spec.transports}
+            prov["transports"] = {r.name: r.plugin.description for r in rows}
             prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
             prov["censors"] = censor_columns(spec)
             prov["tools"] = tool_builds(spec)
@@ -66,17 +66,17 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                                       spec_path=str(spec.path or ""), spec=spec.raw,
                                       provenance=prov, rows=done), out_dir)
 
-            rows = runner.run_matrix(on_row)
+            measured = runner.run_matrix(on_row)
     results = Results(
         started=started, finished=now_iso(), spec_path=str(spec.path or ""), spec=spec.raw,
-        provenance=prov, rows=rows)
+        provenance=prov, rows=measured)
     write_results(results, out_dir)
     report = render_report(out_dir)
     if console is not None:
         print_results(results, console)
     failed = [f"{r.transport} × {r.censor}: expected {r.expectation}, got {r.status}"
               + (f" ({r.error})" if r.error else "")
-              for r in rows if r.expectation_met is False]
+              for r in measured if r.expectation_met is False]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
                    runner.integrity_failures)
 
@@ -86,8 +86,8 @@ def tool_builds(spec: Spec) -> dict[str, dict[str, Any]]:
     version line, revision, build tags and SHA-256 (ptlab/common/tools.py), or why it
     could not be found."""
     out: dict[str, dict[str, Any]] = {}
-    for t in spec.transports:
-        plugin = plugins.get(t)
+    for row in spec.rows():
+        plugin = row.plugin
         for name in plugin.tools():
             if name not in out:
                 try:

@@ -29,18 +29,19 @@ from censor_sim import profile as profiles
 from netns.errors import LabError
 from ptcommon.events import count_events, event_record, parse_event_line
 
-from .. import plugins
 from ..common.flowroles import TCP, UDP, FlowRoles
+from ..common.labview import Process
 from ..common.logevents import is_tor, tor_event
 from ..common.results import Row
-from ..plugins.base import Endpoint
+from ..common.wellknown import DNS_PORT, STUN_PORT, WEB_HTTPS
+from ..plugins.base import Endpoint, LabPlugin
 from ..workloads.cell import CellPlan
 from . import scoring
-from .backend import CellRun, LabBackend, Process
-from .labservices import DNS_PORT, STUN_PORT, WEB_HTTPS, LabServices
+from .backend import CellRun, LabBackend
+from .labservices import LabServices
 from .nsbackend import NamespaceBackend
 from .scoring import BASELINE, BenignFlow, workload_markers
-from .spec import Spec, SpecError
+from .spec import Spec, TransportRow
 
 __all__ = ["BASELINE", "CellRun", "LabRunner"]
 
@@ -72,6 +73,7 @@ class LabRunner:
         self._events_read: dict[int, tuple[Process, int]] = {}
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
+        self._rows: dict[str, TransportRow] = {}
         # The processes of the traffic_session in progress (benchmarks read them).
         self.session: CellRun | None = None
 
@@ -95,12 +97,15 @@ class LabRunner:
         """The namespace lab (None on another backend, or before start)."""
         return getattr(self.backend, "lab", None)
 
+    def row(self, transport: str) -> TransportRow:
+        """Transport `transport` as a row: its plugin is looked up once per run."""
+        if transport not in self._rows:
+            self._rows[transport] = self.spec.row(transport)
+        return self._rows[transport]
+
     def start(self) -> LabRunner:
-        for name, opts in self.spec.transports.items():
-            try:
-                plugins.get(name).check_options(opts)
-            except (KeyError, ValueError) as exc:
-                raise SpecError(f"transports.{name}: {exc}") from None
+        for name in self.spec.transports:
+            self.row(name).check()
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             self.backend.start()
@@ -145,12 +150,12 @@ class LabRunner:
                     on_row(row)
         return rows
 
-    def baseline(self, transport: str) -> Row:
-        """`transport` with no censor, measured once per transport."""
-        if transport not in self.baselines:
-            self.baselines[transport] = scoring.as_baseline(
-                self._cell(transport, BASELINE, {}, baseline_only=True))
-        return self.baselines[transport]
+    def baseline(self, row: TransportRow) -> Row:
+        """`row` with no censor, measured once per transport."""
+        if row.name not in self.baselines:
+            self.baselines[row.name] = scoring.as_baseline(
+                self._cell(row, BASELINE, {}, baseline_only=True))
+        return self.baselines[row.name]
 
     def run_cell(self, transport: str, censor: str,
                  overrides: dict[str, Any] | None = None) -> Row:
@@ -159,7 +164,8 @@ class LabRunner:
         A row that cannot run with the tools found (a build tag it needs is
         missing) is not run: the cell is "skipped", with the plugin's reason.
         """
-        reason = plugins.get(transport).skip_reason()
+        row = self.row(transport)
+        reason = row.plugin.skip_reason()
         if reason:
             return Row(transport, censor, "skipped", error=reason, rtt_ms=self.rtt_ms)
         if censor in self.spec.censors:
@@ -169,33 +175,33 @@ class LabRunner:
         merged = {**spec_over, **(overrides or {})}
         is_baseline = profile_name == BASELINE and not merged
         if not is_baseline:
-            self.baseline(transport)  # so collateral can discount baseline failures
-        row = self._cell(transport, censor, merged, profile_name=profile_name)
+            self.baseline(row)  # so collateral can discount baseline failures
+        result = self._cell(row, censor, merged, profile_name=profile_name)
         if is_baseline:
-            self.baselines[transport] = scoring.as_baseline(row)
-            return row
-        return scoring.against_baseline(row, self.baselines[transport])
+            self.baselines[transport] = scoring.as_baseline(result)
+            return result
+        return scoring.against_baseline(result, self.baselines[transport])
 
-    def _cell(self, transport: str, censor: str, overrides: dict[str, Any],
+    def _cell(self, transport: TransportRow, censor: str, overrides: dict[str, Any],
               profile_name: str | None = None, baseline_only: bool = False) -> Row:
         services = self.services
         assert services
         b = self.backend
         profile_name = profile_name or censor
-        name = f"{transport}__{censor}" + ("__baseline" if baseline_only else "")
+        name = f"{transport.name}__{censor}" + ("__baseline" if baseline_only else "")
         # The same cell may run again (pytest plugin): never overwrite its files.
         self._runs[name] = self._runs.get(name, 0) + 1
         if self._runs[name] > 1:
             name += f"__{self._runs[name]}"
         cell_dir = self.cell_dir = self.work / "cells" / name
         cell_dir.mkdir(parents=True, exist_ok=True)
-        plugin = plugins.get(transport)
-        ctx = b.context(transport, self.spec.transports.get(transport, {}), self.spec.seed,
-                        cell_dir)
+        plugin = transport.plugin
+        ctx = b.context(transport.options, self.spec.seed, cell_dir)
         run = CellRun(name, roles=self._flow_roles(resolver_is_wire=plugin.resolver_is_wire))
-        run.markers.append(event_record("runner", "cell_start", cell=name, transport=transport,
-                                        censor=censor, baseline=baseline_only))
-        row = Row(transport, censor, "ERROR", rtt_ms=self.rtt_ms,
+        run.markers.append(event_record("runner", "cell_start", cell=name,
+                                        transport=transport.name, censor=censor,
+                                        baseline=baseline_only))
+        row = Row(transport.name, censor, "ERROR", rtt_ms=self.rtt_ms,
                   cell_dir=str(cell_dir.relative_to(self.work)))
         restarted = services.restart_dead()
         if restarted:
@@ -218,7 +224,7 @@ class LabRunner:
                 sides["client"].append(b.start_process(run, svc, cell_dir))
             b.gather(cell_dir)  # what the processes wrote: bridge lines, SOCKS ports
             endpoint = self._inner_tls(plugin.endpoint(ctx), ctx, row)
-            plan = self._plan(transport, baseline_only)
+            plan = self._plan(plugin, baseline_only)
             cpu_before = {side: _cpu(procs) for side, procs in sides.items()}
             measurement = asyncio.run(b.measure(endpoint, plan, cell_dir))
             row.cpu_s = {side: round(after - cpu_before[side], 3)
@@ -297,9 +303,9 @@ class LabRunner:
             b.capture_client_side(run, pcap, snaplen)
             endpoint = None
             if transport is not None:
-                plugin = plugins.get(transport)
-                ctx = b.context(transport, self.spec.transports.get(transport, {}),
-                                self.spec.seed, cell_dir)
+                row = self.row(transport)
+                plugin = row.plugin
+                ctx = b.context(row.options, self.spec.seed, cell_dir)
                 for svc in plugin.servers(ctx):
                     b.start_process(run, svc, cell_dir)
                 for svc in plugin.clients(ctx):
@@ -359,10 +365,10 @@ class LabRunner:
         return dataclasses.replace(endpoint, target_port=WEB_HTTPS,
                                    inner_tls_ca=str(ctx.lab_ca), inner_tls_host="web.lab")
 
-    def _plan(self, transport: str, baseline_only: bool) -> CellPlan:
+    def _plan(self, plugin: LabPlugin, baseline_only: bool) -> CellPlan:
         w = self.spec.workloads
         # A transport that must bootstrap first (tor) gets at least its own floor.
-        boot_s = max(w.bootstrap_timeout_s, plugins.get(transport).bootstrap_floor_s)
+        boot_s = max(w.bootstrap_timeout_s, plugin.bootstrap_floor_s)
         return CellPlan(bootstrap_s=boot_s, repetitions=1 if baseline_only else
                         self.spec.repetitions, bulk_size=w.bulk_size, seed=self.spec.seed,
                         bulk_timeout_s=w.bulk_timeout_s, idle_timeout_s=w.idle_timeout_s,

@@ -8,19 +8,19 @@ unknown or mistyped key is a :class:`SpecError` naming its path
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ptcommon.suggest import did_you_mean
 
+from .. import plugins
+from ..common.specfile import SpecError, read_toml
+from ..plugins.base import LabPlugin
+from ..plugins.external import ExternalPlugin, TemplateError
+
 # What a spec may expect of a cell (ERROR is never an expectation: it means the lab failed).
 EXPECTABLE = ("reachable", "blocked")
-
-
-class SpecError(ValueError):
-    """A bad spec; the message names the file and the key path."""
 
 
 @dataclass
@@ -74,21 +74,45 @@ class Spec:
     def cells(self) -> list[tuple[str, str]]:
         return [(t, c) for t in self.transports for c in self.censors]
 
+    def row(self, name: str) -> TransportRow:
+        """Transport `name` as a row of this spec: its plugin and its options (none for
+        a transport the spec does not list, which a shared lab may still run)."""
+        return TransportRow(name, plugins.get(name), self.transports.get(name, {}))
+
+    def rows(self) -> list[TransportRow]:
+        """The spec's rows, in its order."""
+        return [self.row(name) for name in self.transports]
+
     def censor_profile(self, censor: str) -> tuple[str, dict[str, Any]]:
         """(profile name, overrides) for a censor column."""
         opts = dict(self.censors[censor])
         return opts.pop("profile", censor), opts
 
 
+@dataclass(frozen=True)
+class TransportRow:
+    """One row of the matrix: a transport's name, the lab plugin that runs it, and
+    the spec's ``[transports.NAME]`` options. A cell carries this, so nothing
+    below the runner looks a plugin up by name again."""
+
+    name: str
+    plugin: LabPlugin
+    options: dict[str, Any]
+
+    def check(self) -> None:
+        """The options, checked by the plugin: a SpecError naming the key path."""
+        try:
+            self.plugin.check_options(self.options)
+        except (KeyError, ValueError) as exc:
+            raise SpecError(f"transports.{self.name}: {exc}") from None
+
+
 def _external_row(name: str, options: dict[str, Any],
                   tool_settings: dict[str, dict[str, Any]]) -> None:
     """A row the spec declares by command lines: checked now (a bad template fails
     at load, with its key path) and registered as the plugin of that name."""
-    from ..plugins import register
-    from ..plugins.external import ExternalPlugin, TemplateError
-
     try:
-        register(name, ExternalPlugin(name, options, tool_settings))
+        plugins.register(name, ExternalPlugin(name, options, tool_settings))
     except TemplateError as exc:
         raise SpecError(str(exc)) from None
 
@@ -254,54 +278,6 @@ def _check_censor_columns(spec: Spec) -> None:
             raise SpecError(f"{where}.{why}")
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """A spec file's TOML, or a SpecError naming the file."""
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such spec file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
-
-
-class Checker:
-    """Key and value checks for the other spec formats (datasets, scale specs);
-    every error names the file (`where`) and the key path."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def table(self, t: Any, path: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(t, dict):
-            raise SpecError(f"{self.where}: {path}: expected a table")
-        for k in t:
-            if k not in allowed:
-                raise SpecError(f"{self.where}: {path}.{k}: unknown key{did_you_mean(k, allowed)} "
-                                f"(allowed: {', '.join(sorted(allowed))})")
-        return t
-
-    def number(self, t: dict[str, Any], key: str, path: str, default: float, lo: float,
-               hi: float, integer: bool = False) -> Any:
-        v = t.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-            raise SpecError(f"{self.where}: {path}.{key}: expected "
-                            f"{'an integer' if integer else 'a number'}")
-        if not lo <= v <= hi:
-            raise SpecError(f"{self.where}: {path}.{key}: must be in [{lo}, {hi}]")
-        return v
-
-
 def load_spec(path: Path, known_transports: list[str] | None = None,
               known_profiles: list[str] | None = None) -> Spec:
     return parse_spec(read_toml(path), Path(path), known_transports, known_profiles)
-
-
-def flatten_keys(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested table as dotted key paths -> values, the way a spec writes overrides
-    (``policy.rules``, ``actions.residual.seconds``)."""
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flatten_keys(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out

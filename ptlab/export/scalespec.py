@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..experiment.spec import Checker, SpecError, read_toml
+from ..common.specfile import Checker, SpecError, read_toml
 
 
 @dataclass

@@ -42,8 +42,9 @@ from censor_sim.detectors.ml import features
 from censor_sim.pcapflows import flows_from_pcap
 
 from .. import plugins
-from ..experiment.labservices import WEB_HTTPS
-from ..experiment.spec import Checker, SpecError, parse_spec, read_toml
+from ..common.specfile import Checker, SpecError, read_toml
+from ..common.wellknown import WEB_HTTPS
+from ..experiment.spec import parse_spec
 from . import traffic
 
 FORMAT = "ptlab-dataset/1"

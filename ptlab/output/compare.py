@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..common.results import Results, Row, load_results
+from ..common.specfile import flatten_keys
 from ..common.stats import t95
-from ..experiment.spec import flatten_keys
 from . import cellfmt
 
 Cell = tuple[str, str]

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netns.lab import Lab
 from netns.topology import Topology
 from ptcommon.events import READY_PATTERN
 
-from ..vm.layout import VmLab
+from ..common.labview import LabView
 
 
 @dataclass
@@ -58,7 +57,7 @@ class Endpoint:
 class CellContext:
     """What a plugin may use to build its processes for one cell."""
 
-    lab: Lab | VmLab  # the namespace lab, or the three machines (vm_ready plugins only)
+    lab: LabView  # the namespace lab, or the three machines (vm_ready plugins only)
     workdir: Path  # state directories and config files for this cell
     options: dict[str, Any]  # the spec's [transports.<name>] table
     seed: int

@@ -30,7 +30,7 @@ from netns.topology import Topology
 from transports.common.elligator2 import new_keypair, public_key_from_private
 from transports.conjure.wrapping import PREFIXES
 
-from ..experiment.labservices import (
+from ..common.wellknown import (
     CONJURE_EDGE_NAME,
     CONJURE_REGISTRAR_PORT,
     ISP_PHANTOMS,

@@ -49,10 +49,9 @@ from ptcommon.suggest import did_you_mean
 
 from ..common import tools as toolbox
 from ..common.flowroles import BENIGN_PORTS
-from ..experiment.labservices import TUNNEL_ZONE
+from ..common.wellknown import SERVER_PORT, TUNNEL_ZONE
 from .base import CellContext, Endpoint, LabPlugin, Service
 
-SERVER_PORT = 9850
 SOCKS_HOST, SOCKS_PORT = "127.0.0.1", 1086
 MODES = ("socks", "tunnel")
 # Tunnel mode: the tunnel's two ends (lab space). Each side's device is named for

@@ -23,7 +23,7 @@ import shutil
 import sys
 from typing import Any
 
-from ..experiment.labservices import MEEK_EDGE_NAME, MEEK_PORT
+from ..common.wellknown import MEEK_EDGE_NAME, MEEK_PORT
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 DEFAULT_FRONT = "front.lab"

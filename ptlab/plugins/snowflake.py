@@ -37,7 +37,8 @@ from typing import Any
 from netns.topology import Topology
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
-from ..experiment.labservices import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
+from ..common.labview import namespace_lab
+from ..common.wellknown import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
 from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
 
 BRIDGE_PORT = 8443
@@ -154,10 +155,11 @@ class SnowflakePlugin(LabPlugin):
         count, pool = ctx.options.get("proxies", 1), ctx.options.get("proxy_pool", 1)
         if impl == "ptlab" and pool > 1:
             # Several proxies per process, each thread in its own proxy node.
+            lab = namespace_lab(ctx.lab, "a pool of Snowflake proxies")
             for first in range(0, count, pool):
                 nodes = [f"proxy{i}" for i in range(first, min(first + pool, count))]
                 argv = ctx.py("ptlab.processes.proxypool",
-                              *[a for n in nodes for a in ("--netns", ctx.lab.ns(n))],
+                              *[a for n in nodes for a in ("--netns", lab.ns(n))],
                               "--", *flags)
                 services.append(Service(f"snowflake-proxies{first}", nodes[0], argv,
                                         ready_timeout_s=15.0 + len(nodes)))

@@ -34,7 +34,8 @@ from typing import Any
 from netns.topology import Topology
 from transports.webtunnel.synthetic import bridge_line as webtunnel_bridge_line
 
-from ..experiment.labservices import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
+from ..common.labview import namespace_lab
+from ..common.wellknown import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
 from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
 from .base import CellContext, Endpoint, LabPlugin, Service
 from .conjure import PHANTOMS as CONJURE_PHANTOMS
@@ -84,7 +85,8 @@ class TorPlugin(LabPlugin):
     def _network(self, ctx: CellContext) -> TorNetwork:
         # Everything tor writes goes to the lab's state directory, which goes
         # with the lab (also after a crash: ptlab lab down); the cell keeps the logs.
-        return shared(ctx.lab, ctx.lab.state_dir / "tor")
+        lab = namespace_lab(ctx.lab, "the private Tor network")
+        return shared(lab, lab.state_dir / "tor")
 
     def _datadir(self, ctx: CellContext, which: str) -> Path:
         return self._network(ctx).base / "cells" / ctx.workdir.name / which
@@ -129,7 +131,7 @@ class TorPlugin(LabPlugin):
         if self.transport == "meek":
             # Behind the edge's reflector route (meek.lab), plain HTTP; the client
             # address comes from the edge's Meek-IP header, trusted from the edge only.
-            edge = ",".join(ctx.lab.topology.addresses("cdn"))
+            edge = ",".join(namespace_lab(ctx.lab, "tor's meek bridge").topology.addresses("cdn"))
             return [f"ServerTransportListenAddr meek 0.0.0.0:{MEEK_PORT}",
                     f"ServerTransportOptions meek trusted-edge={edge}"]
         if self.transport == "snowflake":
@@ -190,7 +192,8 @@ class TorPlugin(LabPlugin):
     def notes(self, ctx: CellContext) -> list[str]:
         log = ctx.workdir / "tor-client.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        net = existing(ctx.lab)  # reading notes must not start (or restart) a network
+        # Reading notes must not start (or restart) a network.
+        net = existing(namespace_lab(ctx.lab, "tor"))
         out = [f"tor network: a consensus with every relay and exit {net.up_s:.1f} s "
                f"after it started"] if net and net.up_s is not None else []
         done, start = DONE.search(text), START.search(text)

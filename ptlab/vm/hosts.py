@@ -26,7 +26,7 @@ from netns.errors import LabError
 from netns.process import LabProcess, wait_for_log
 from netns.sh import run as run_local
 
-from ..experiment.backend import Process
+from ..common.labview import Process
 
 
 class Host(Protocol):

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 from censor_sim import profile as profiles
 from netns.errors import LabError
 
-from .. import plugins
-from ..experiment.backend import CellRun, LabBackend, Process
+from ..common.labview import Process
+from ..experiment.backend import CellRun, LabBackend
 from ..experiment.labservices import LabServices
 from ..experiment.runner import LabRunner
 from ..experiment.spec import Spec, SpecError
@@ -54,9 +54,9 @@ class Machines(Protocol):
 
 def check_spec(spec: Spec) -> None:
     """Refuse, in one line, what the three-machine layout cannot run."""
-    for name in spec.transports:
-        if not plugins.get(name).vm_ready:
-            raise SpecError(f"transports.{name}: not available on the three-machine layout "
+    for row in spec.rows():
+        if not row.plugin.vm_ready:
+            raise SpecError(f"transports.{row.name}: not available on the three-machine layout "
                             f"(it needs lab nodes beyond client and bridge)")
     t = spec.topology
     if t.rate_mbit or t.loss_pct or t.delay_ms:
@@ -198,8 +198,7 @@ class VmBackend(LabBackend):
 
     # --- cells ------------------------------------------------------------------
 
-    def context(self, transport: str, options: dict[str, Any], seed: int,
-                cell_dir: Path) -> CellContext:
+    def context(self, options: dict[str, Any], seed: int, cell_dir: Path) -> CellContext:
         assert self.services
         return CellContext(self.vlab, cell_dir, options, seed, self.services.upstream,
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,

@@ -15,7 +15,7 @@ from netns.nsenter import ns_socket
 from netns.process import LabProcess
 from ptcommon.events import READY_PATTERN, count_events
 from ptlab import plugins
-from ptlab.experiment.labservices import ISP_PHANTOMS6, ISP_RANGE
+from ptlab.common.wellknown import ISP_PHANTOMS6, ISP_RANGE
 from ptlab.plugins.conjure import PHANTOM_SUBNET, STATION_PORT
 from transports.conjure.phantom import PhantomConfig, SubnetGroup, derive_keys, select_phantom
 from transports.conjure.registration import build_registration, new_secret

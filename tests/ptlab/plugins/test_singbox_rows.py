@@ -20,10 +20,11 @@ from censor_sim.detectors import quic
 from ptlab import plugins
 from ptlab.common import tools
 from ptlab.common.results import Row
+from ptlab.common.wellknown import SERVER_PORT
 from ptlab.experiment.runner import LabRunner
 from ptlab.experiment.scoring import apply_expectations
 from ptlab.experiment.spec import SpecError, load_spec, parse_spec
-from ptlab.plugins.external import SERVER_PORT, ExternalPlugin
+from ptlab.plugins.external import ExternalPlugin
 from tests.support.extrows import EXPERIMENTS, curated, run_row
 from tests.support.faketool import fake_tool
 
