@@ -85,7 +85,8 @@ class LiveEffects(Effects):
         # The SNI the detector read (from the whole ClientHello, which the first
         # payload may hold only the start of), for probes that ask by name.
         sni = match.evidence.get("sni") if match is not None else None
-        task = asyncio.get_running_loop().create_task(self._probe(flow, first_payload, sni))
+        task = asyncio.get_running_loop().create_task(
+            self._probe(self.prober, flow, first_payload, sni))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -98,10 +99,12 @@ class LiveEffects(Effects):
                                        float(cfg.get("delay_max_s", 3600.0))), 3)
         return float(cfg.get("delay_s", 0.5))
 
-    async def _probe(self, flow: dict[str, Any], first_payload: bytes,
+    async def _probe(self, service: str, flow: dict[str, Any], first_payload: bytes,
                      sni: str | None = None) -> None:
+        """Ask the probe service (``service``, "HOST:PORT") about the flow's server,
+        and block the server if the verdict is one the profile blocks."""
         cfg = self.profile.prober
-        host, _, port = self.prober.rpartition(":")  # type: ignore[union-attr]
+        host, _, port = service.rpartition(":")
         req = {"id": f"{flow['server']}:{flow['server_port']}", "host": flow["server"],
                "port": flow["server_port"], "first_payload": first_payload.hex(),
                "suites": cfg.get("suites", ["alice"]), "watch_s": cfg.get("watch_s", 10.0),
@@ -253,8 +256,8 @@ async def run(config: dict, poll: float) -> None:
         datapath.restore_sysctls(sysctls)
         if queue is not None or fast_path:
             runner.close(loop)
-        for t in list(effects.tasks):
-            t.cancel()
+        for task in list(effects.tasks):
+            task.cancel()
 
 
 def _buffered_stdout() -> None:
