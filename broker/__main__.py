@@ -78,8 +78,11 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     # (docs/transports/budgets.md).
     budget = raise_nofile_limit()
     events = EventLog(COMPONENT)
-    QuietErrors(lambda line: events.emit("resource_error", error=line)).install(
-        asyncio.get_running_loop())
+
+    def resource_error(line: str) -> None:
+        events.emit("resource_error", error=line)
+
+    QuietErrors(resource_error).install(asyncio.get_running_loop())
     # The edge (a CDN or domain front) carries everyone's polls: no per-address share.
     guard = HttpGuard(limits_from_options(limit_options(args), COMPONENT,
                                           max_body=cfg.read_limit, trusted=cfg.trusted_edges))

@@ -27,7 +27,7 @@ from transports.snowflake import messages as m
 from transports.snowflake.relaypattern import RelayPattern
 
 from .bridges import DEFAULT, Bridge
-from .dpmetrics import Histogram, Ledger, guarantee
+from .dpmetrics import Histogram, Ledger, Rng, guarantee
 from .labgeo import LabGeoIP
 from .pools import ClientOffer, Pools, Snowflake
 from .ratelimit import RateLimiter, source_address
@@ -275,6 +275,7 @@ class Broker:
         else:
             resp = await self.exchange(poll, request)
             if isinstance(resp, web.Response):  # a bad poll: still an AMP page
+                assert isinstance(resp.body, bytes)  # _bad's JSON, made by _json
                 resp = m.ClientPollResponse(error=json.loads(resp.body)["error"])
         return web.Response(body=amp.encode(resp.encode()), content_type="text/html",
                             headers={**CORS, "Cache-Control": "max-age=15"})
@@ -291,12 +292,13 @@ class Broker:
     def _count(self, kind: str, source: str, detail: dict) -> None:
         self.period_hist[kind].add(source, self.config.metrics.geoip.country(source))
 
-    def publish(self, rng=None) -> dict:
+    def publish(self, rng: Rng | None = None) -> dict:
         """Release this period's counts (noisy, per country) and start a new period.
         BudgetExceeded if the period's ledger cannot pay for both releases."""
         mc = self.config.metrics
-        out = {"period": mc.period, "epsilon_per_release": str(mc.epsilon),
-               "guarantee": guarantee(mc.epsilon, mc.max_contribution, mc.period)}
+        out: dict[str, object] = {
+            "period": mc.period, "epsilon_per_release": str(mc.epsilon),
+            "guarantee": guarantee(mc.epsilon, mc.max_contribution, mc.period)}
         for kind, hist in self.period_hist.items():
             out[f"{kind}_polls_by_country"] = hist.release(mc.epsilon, self.ledger, rng)
         self.published = out

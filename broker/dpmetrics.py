@@ -31,7 +31,12 @@ from typing import Protocol
 
 
 class Rng(Protocol):
-    def randrange(self, stop: int) -> int: ...
+    """What the noise draws from: ``random.Random``, ``secrets.SystemRandom`` or a test's.
+
+    ``stop`` is positional-only because it is passed that way, and the
+    standard library names its first parameter ``start``."""
+
+    def randrange(self, stop: int, /) -> int: ...
 
 
 class BudgetExceeded(RuntimeError):

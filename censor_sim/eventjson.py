@@ -25,7 +25,7 @@ from ptcommon import events
 try:
     import orjson
 except ImportError:  # pragma: no cover - the [lab] extra installs it
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # None stands for "not installed" below
 
 _OPTIONS = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
             if orjson is not None else 0)

@@ -32,6 +32,7 @@ def craft(spec: InjectTcp | InjectUdp) -> bytes:
     v6 = ipaddress.ip_address(spec.dst).version == 6
     ip: Any = (IPv6(src=spec.src, dst=spec.dst, hlim=spec.ttl) if v6
                else IP(src=spec.src, dst=spec.dst, ttl=spec.ttl))
+    l4: TCP | UDP
     if isinstance(spec, InjectTcp):
         if not v6 and spec.ip_id is not None:
             ip.id = spec.ip_id

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from functools import partial
+from typing import Any, Final, Literal
 
 from .detectors import (
     NeedMore,
@@ -37,7 +38,10 @@ from .detectors import (
 from .flows import Flow
 from .packet import TCP, UDP, Packet
 
-DONE = "done"
+# What an inspector answers when it will never match the flow: the only string it
+# answers, so a type checker can tell it from a Match by comparing with DONE.
+Done = Literal["done"]
+DONE: Final[Done] = "done"
 
 
 @dataclass
@@ -102,7 +106,7 @@ class Inspector:
             return hit
         return True
 
-    def inspect(self, flow: Flow, pkt: Packet, c2s: bool) -> Match | str | None:
+    def inspect(self, flow: Flow, pkt: Packet, c2s: bool) -> Match | Done | None:
         raise NotImplementedError
 
 
@@ -111,7 +115,7 @@ class FirstPayloadInspector(Inspector):
 
     reads_server = False
 
-    def judge(self, first: bytes) -> Match | str:
+    def judge(self, first: bytes) -> Match | Done:
         raise NotImplementedError
 
     def inspect(self, flow, pkt, c2s):
@@ -147,7 +151,7 @@ class StreamInspector(Inspector):
         super().__init__(name, params)
         self.optionless_only = bool(params.get("optionless_only", False))
 
-    def parse(self, stream: bytes, flow: Flow) -> Match | str | None:
+    def parse(self, stream: bytes, flow: Flow) -> Match | Done | None:
         raise NotImplementedError
 
     def inspect(self, flow, pkt, c2s):
@@ -281,7 +285,7 @@ class QuicInitialInspector(Inspector):
     def inspect(self, flow, pkt, c2s):
         from .detectors import quic
 
-        more = DONE
+        more: Done | None = DONE
         if self.every_datagram:
             more = None if flow.packets < self.max_packets else DONE
         elif flow.packets > 1:
@@ -423,7 +427,7 @@ class OpenVpnInspector(Inspector):
                     return res
         return None if flow.packets < self.max_packets else DONE
 
-    def _add(self, st: _OpenVpnFlow, byte: int, size: int) -> Match | str | None:
+    def _add(self, st: _OpenVpnFlow, byte: int, size: int) -> Match | Done | None:
         """One OpenVPN packet's opcode byte and size: a match, DONE, or None (go on)."""
         op = st.filter.add(byte)
         sizes = st.sizes
@@ -539,9 +543,11 @@ class DnsTunnelInspector(Inspector):
         self.window_s = float(params.get("window_s", 10.0))
         self.min_queries = int(params.get("min_queries", 5))
         self.zone_labels = int(params.get("zone_labels", dnstunnel.ZONE_LABELS))
-        self.rule = {"max_name": int(params.get("max_name", dnstunnel.MAX_NAME)),
-                     "min_payload": int(params.get("min_payload", dnstunnel.MIN_PAYLOAD)),
-                     "min_entropy": float(params.get("min_entropy", dnstunnel.MIN_ENTROPY))}
+        self.suspicious = partial(
+            dnstunnel.suspicious,
+            max_name=int(params.get("max_name", dnstunnel.MAX_NAME)),
+            min_payload=int(params.get("min_payload", dnstunnel.MIN_PAYLOAD)),
+            min_entropy=float(params.get("min_entropy", dnstunnel.MIN_ENTROPY)))
         self.max_keys = int(params.get("max_keys", 4096))
         # (client, domain) -> times of its suspicious queries; bounded, oldest evicted.
         self.recent: dict[tuple[str, str], list[float]] = {}
@@ -553,7 +559,7 @@ class DnsTunnelInspector(Inspector):
         if q is None:
             return DONE
         f = dnstunnel.features(q.labels, q.qtype, self.zone_labels)
-        why = dnstunnel.suspicious(f, **self.rule)
+        why = self.suspicious(f)
         if why is not None:
             now = flow.last_seen
             key = (flow.client, f.domain)

@@ -235,8 +235,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                 if detection is not None:
                     fv.data_packet = detection.get("data_packet")
                     fv.evidence = detection.get("evidence", {})
-                fv.would += [f"inject {i.get('flags', 'UDP')} x{i.get('count', 1)}"
-                             for i in ev.get("injected", [])]
+                fv.would += [_would_inject(i) for i in ev.get("injected", [])]
         events.clear()
         if pc is not None and (verdict.drop or verdict.inject):
             # A packet censor decides alone: no policy, so no "action" event.
@@ -244,7 +243,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
                 fv.verdict, fv.detector = ("drop" if verdict.drop else "rst"), pc.name
                 fv.packet, fv.after_s = fv.packets, round(ts - fv.start, 6)
                 fv.evidence = detection.get("evidence", {}) if detection else {}
-            fv.would += [f"inject {i.flags} x{i.count}" for i in verdict.inject]
+            fv.would += [_would_inject(i.to_json()) for i in verdict.inject]
         elif verdict.drop and fv.verdict == "pass":
             # No detection of its own: an earlier block (a residual on its 3-tuple).
             fv.verdict, fv.packet = "dropped-by-residual", fv.packets
@@ -253,6 +252,13 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
             fv.would += would
             would.clear()
     yield from out
+
+
+def _would_inject(spec: dict[str, Any]) -> str:
+    """One injection as a replay reports it, from its JSON (an action event's, or a
+    packet censor's :class:`~censor_sim.actions.InjectTcp` or ``InjectUdp``): a
+    datagram has no TCP flags, so it says ``UDP`` in their place."""
+    return f"inject {spec.get('flags', 'UDP')} x{spec.get('count', 1)}"
 
 
 def _new_verdict(flows: dict[FlowKey, FlowVerdict], out: deque[FlowVerdict], key: FlowKey,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from functools import partial
 from typing import Any
 
 from ptcommon.events import EventLog
@@ -73,6 +74,14 @@ class Runner:
         return {"mechanism": self.mechanism, "marks_written": self.marker.written,
                 "marks_missing": self.marker.missing}
 
+    def bind(self) -> None:
+        """Open the kernel's source of packets (a queue, a log group, a ring buffer)."""
+        raise NotImplementedError
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read that source on ``loop`` from now on."""
+        raise NotImplementedError
+
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         self.injector.close()
 
@@ -91,12 +100,12 @@ class QueueRunner(Runner):
 
         for num, from_client in ((datapath.QUEUE_C2S, True), (datapath.QUEUE_S2C, False)):
             q = NetfilterQueue()
-            q.bind(num, lambda p, fc=from_client: self.on_packet(p, fc), max_len=8192)
+            q.bind(num, partial(self.on_packet, from_client=from_client), max_len=8192)
             self.queues.append(q)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         for q in self.queues:
-            loop.add_reader(q.get_fd(), lambda q=q: self._drain(q))
+            loop.add_reader(q.get_fd(), self._drain, q)
 
     @staticmethod
     def _drain(q) -> None:

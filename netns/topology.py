@@ -19,8 +19,8 @@ from .names import check_role
 LAB_V4 = ipaddress.ip_network("198.18.0.0/15")
 LAB_V6 = ipaddress.ip_network("2001:db8::/32")
 # Where topology extensions (phantom subnets...) may live: never on a link subnet.
-EXT_V4 = ipaddress.ip_network("198.19.128.0/17")
-EXT_V6 = ipaddress.ip_network("2001:db8:8000::/33")
+EXT_V4 = ipaddress.IPv4Network("198.19.128.0/17")
+EXT_V6 = ipaddress.IPv6Network("2001:db8:8000::/33")
 # Link subnets come from the lower half; the upper half (198.19.128.0/17) is
 # left for topology extensions such as Conjure's phantom subnet.
 MAX_LINKS = 384
@@ -108,8 +108,9 @@ class Topology:
     def add_prefix(self, role: str, prefix: str) -> None:
         """A topology extension: `role` answers for every address in `prefix`."""
         net = ipaddress.ip_network(prefix)
-        ext = EXT_V4 if net.version == 4 else EXT_V6
-        if not net.subnet_of(ext):  # type: ignore[arg-type]
+        inside = (net.subnet_of(EXT_V4) if isinstance(net, ipaddress.IPv4Network)
+                  else net.subnet_of(EXT_V6))
+        if not inside:
             raise LabError(f"prefix {prefix} is outside the lab's extension ranges "
                            f"{EXT_V4} and {EXT_V6}")
         self.nodes[role].extra_prefixes.append(str(net))

@@ -179,9 +179,10 @@ def run_until_stopped(component: str,
             loop.add_signal_handler(sig, stop.set)
         return await amain(stop)
 
+    bad_config: tuple[type[BaseException], ...] = (ConfigError, *config_errors)
     try:
         status = asyncio.run(wrapped())
-    except (ConfigError, *config_errors) as exc:
+    except bad_config as exc:
         print(f"{component}: bad config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except PermissionError as exc:

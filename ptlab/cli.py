@@ -248,9 +248,9 @@ def cmd_censor(args: argparse.Namespace) -> int:
     """Run one censor profile on real interfaces, outside any lab (a VM router, say)."""
     import asyncio
 
-    from censor_sim.__main__ import run as run_censor
     from censor_sim.datapath import DatapathError
     from censor_sim.profile import ProfileError
+    from censor_sim.service import run as run_censor
 
     if args.pcap:
         return _censor_pcap(args)

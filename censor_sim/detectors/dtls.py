@@ -566,7 +566,7 @@ def is_dtls_handshake(payload: bytes) -> bool:
     before any of the byte rules make sense.
     """
     msgs = parse_handshake_messages(payload)
-    return bool(msgs) and msgs[0].offset == RECORD_HEADER_LEN
+    return bool(msgs and msgs[0].offset == RECORD_HEADER_LEN)
 
 
 RU_2021_OFFSET = 0x5A

@@ -70,4 +70,4 @@ class Gfw443Rst:
                 "from": "inside" if from_client else "outside",
                 "port": pkt.dport if pkt.flags & ACK == 0 else pkt.sport,
                 "windows": [i.window for i in inject]})
-        return Verdict(inject=inject)
+        return Verdict(inject=list(inject))  # a list of Verdict's type, which holds UDP too

@@ -105,8 +105,9 @@ def _parse_head(head: bytes, head_length: int) -> HttpRequest | None:
         if raw[:1] in (b" ", b"\t"):
             if not headers:  # RFC 9112 §2.2: whitespace before the first field line
                 return None
-            name, value = headers[-1]
-            headers[-1] = (name, (value + " " + raw.strip(b" \t").decode("latin-1")).strip())
+            last_name, last_value = headers[-1]
+            headers[-1] = (last_name,
+                           (last_value + " " + raw.strip(b" \t").decode("latin-1")).strip())
             continue
         name, colon, value = raw.partition(b":")
         if not colon or not _is_token(name):  # also rejects "Name :" (RFC 9112 §5.1)
@@ -206,6 +207,7 @@ def keyword_match(
     needles = _needles(keywords)
     if not needles:
         return None
+    haystacks: tuple[str, ...]
     for place in where:
         if place == "path":
             raw = req.path

@@ -100,15 +100,15 @@ def decide(results: dict[str, ProbeResult], short_s: float = SHORT_S,
         return None
     if any(r is not None and r.response_len for r in protocol):
         return PORT_SHARED, "SSH, HTTP or TLS got an answer: another service shares the port"
-    rest = {n: results.get(n) for n in ("TCP-Generic", "One-Zero", "Two-Zero", "Epmd",
-                                        "2K-Random")}
-    if any(r is None for r in rest.values()):
+    names = ("TCP-Generic", "One-Zero", "Two-Zero", "Epmd", "2K-Random")
+    rest = {n: r for n in names if (r := results.get(n)) is not None}
+    if len(rest) < len(names):
         return None
-    want = {"TCP-Generic": short_close(rest["TCP-Generic"], short_s),  # type: ignore[arg-type]
-            "One-Zero": long_close(rest["One-Zero"], long_s),  # type: ignore[arg-type]
-            "Two-Zero": short_close(rest["Two-Zero"], short_s),  # type: ignore[arg-type]
-            "Epmd": short_close(rest["Epmd"], short_s),  # type: ignore[arg-type]
-            "2K-Random": rest["2K-Random"].close == "RST"}  # type: ignore[union-attr]
+    want = {"TCP-Generic": short_close(rest["TCP-Generic"], short_s),
+            "One-Zero": long_close(rest["One-Zero"], long_s),
+            "Two-Zero": short_close(rest["Two-Zero"], short_s),
+            "Epmd": short_close(rest["Epmd"], short_s),
+            "2K-Random": rest["2K-Random"].close == "RST"}
     failed = [n for n, ok in want.items() if not ok]
     if failed:
         return NOT_OPENVPN, f"{failed[0]} did not react as OpenVPN does"

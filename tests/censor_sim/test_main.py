@@ -1,62 +1,33 @@
-"""The censor process's own plumbing, without a network."""
+"""``python -m censor_sim`` as a process: its contract with the lab's runner.
+
+The loop it runs is :mod:`censor_sim.service` (tests/censor_sim/test_service.py);
+what the entry point owns is the config file and the exit status: a config the
+censor cannot run on is one line on stderr and status 2, before anything is
+installed, so neither needs root.
+"""
 
 from __future__ import annotations
 
-import io
-import os
+import json
+import subprocess
 import sys
 
-import pytest
 
-import censor_sim.__main__ as censor_main
-from censor_sim.profile import load_profile
-
-
-def test_detection_lines_wait_for_the_batch_flush_even_under_pythonunbuffered(monkeypatch):
-    """PYTHONUNBUFFERED (the lab's process runner sets it) makes stdout write through,
-    a write(2) per detection line; the censor buffers it and flushes per batch."""
-    r, w = os.pipe()
-    try:
-        unbuffered = io.TextIOWrapper(io.FileIO(w, "w", closefd=False), encoding="utf-8",
-                                      write_through=True)  # what -u / PYTHONUNBUFFERED give
-        monkeypatch.setattr(sys, "stdout", unbuffered)
-        censor_main._buffered_stdout()
-        assert sys.stdout is not unbuffered and not sys.stdout.write_through
-        censor_main.emit("detection", flush=False, detector="fet")
-        os.set_blocking(r, False)
-        with pytest.raises(BlockingIOError):  # nothing written yet
-            os.read(r, 4096)
-        sys.stdout.flush()
-        assert b'"event":"detection"' in os.read(r, 4096)
-        censor_main.emit("ready")  # flush=True lines still go at once
-        assert b'"event":"ready"' in os.read(r, 4096)
-    finally:
-        os.close(r)
-        os.close(w)
+def censor(tmp_path, config: dict) -> subprocess.CompletedProcess:
+    path = tmp_path / "censor.json"
+    path.write_text(json.dumps(config))
+    return subprocess.run([sys.executable, "-m", "censor_sim", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
 
 
-def test_a_buffered_stdout_is_left_alone(monkeypatch):
-    out = io.TextIOWrapper(io.BufferedWriter(io.BytesIO()), encoding="utf-8")
-    monkeypatch.setattr(sys, "stdout", out)
-    censor_main._buffered_stdout()
-    assert sys.stdout is out
+def test_a_config_without_a_profile_is_one_line_and_status_2(tmp_path):
+    proc = censor(tmp_path, {"seed": 1})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "censor: config needs a 'profile' key\n")
 
 
-def test_a_detection_that_acts_goes_out_at_once_and_one_that_does_not_waits(monkeypatch):
-    """The engine writes a detection before its actions take effect, so an acting
-    detection's line must be in the log first; p = 0 detections wait for the batch."""
-    class Log(io.StringIO):
-        flushes = 0
-
-        def flush(self) -> None:
-            self.flushes += 1
-
-    out = Log()
-    monkeypatch.setattr(sys, "stdout", out)
-    effects = censor_main.LiveEffects(load_profile("gfw-fet-2021"), None)
-    effects.event("detection", detector="fet", actions=[])
-    assert out.flushes == 0 and out.getvalue().count("\n") == 1  # written, not flushed
-    effects.event("detection", detector="fet", actions=["residual"])
-    assert out.flushes == 1
-    effects.event("detection", detector="censor1", evidence={})  # Geneva's: it always acts
-    assert out.flushes == 2
+def test_an_error_from_the_service_is_reported_the_same_way(tmp_path):
+    proc = censor(tmp_path, {"profile": "gfw-fet-2021"})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "censor: profile gfw-fet-2021 inspects packets: the config needs 'inside' "
+               "and 'outside' interfaces\n")

@@ -238,3 +238,32 @@ def test_the_cli_reads_a_capture_from_a_pipe(capture, tmp_path, fmt):
     lines = [json.loads(x) for x in proc.stdout.decode().splitlines()]
     assert [x["verdict"] for x in lines] == ["residual", "pass", "dropped-by-residual",
                                              "residual", "pass"]
+
+
+def test_a_packet_censor_that_forges_udp_says_what_it_would_inject(tmp_path, monkeypatch):
+    """A plugin's packet censor may forge UDP (a DNS answer): the replay reports it
+    as a UDP injection, as it does the engine's own, rather than reading a TCP
+    segment's flags off a datagram."""
+    from censor_sim import registry
+    from censor_sim.actions import InjectUdp, Verdict
+
+    class DnsForger:
+        whole_packets = True
+
+        def __init__(self, name, params):
+            self.name, self.detections = name, []
+
+        def process(self, pkt, from_client):
+            if not (from_client and pkt.proto == 17 and pkt.dport == 53):
+                return Verdict()
+            return Verdict(inject=[InjectUdp(pkt.dst, pkt.src, 53, pkt.sport, b"answer",
+                                             count=2)])
+
+    monkeypatch.setitem(registry.BUILTIN, "dns_forger", DnsForger)
+    query = IP(src=CLIENT, dst="198.18.8.2") / UDP(sport=5353, dport=53) / Raw(b"\x00" * 30)
+    path = tmp_path / "dns.pcap"
+    wrpcap(str(path), [query])
+    profile = load_profile("gfw-443-rst-2025-08-20",
+                           {"detectors": {"gfw443": {"kind": "dns_forger"}}})
+    [v] = replay(profile, path)
+    assert (v.detector, v.would) == ("gfw443", ["inject UDP x2"])
