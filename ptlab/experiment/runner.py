@@ -73,7 +73,6 @@ class LabRunner:
         self._events_read: dict[int, tuple[Process, int]] = {}
         self.integrity_failures: list[str] = []
         self._runs: dict[str, int] = {}
-        self._rows: dict[str, TransportRow] = {}
         # The processes of the traffic_session in progress (benchmarks read them).
         self.session: CellRun | None = None
 
@@ -98,10 +97,10 @@ class LabRunner:
         return getattr(self.backend, "lab", None)
 
     def row(self, transport: str) -> TransportRow:
-        """Transport `transport` as a row: its plugin is looked up once per run."""
-        if transport not in self._rows:
-            self._rows[transport] = self.spec.row(transport)
-        return self._rows[transport]
+        """Transport `transport` as a row of the spec as it stands: its plugin and
+        options are looked up once per cell, which then carries them (a shared lab's
+        spec may change a row's options between cells)."""
+        return self.spec.row(transport)
 
     def start(self) -> LabRunner:
         for name in self.spec.transports:
@@ -227,10 +226,11 @@ class LabRunner:
             plan = self._plan(plugin, baseline_only)
             cpu_before = {side: _cpu(procs) for side, procs in sides.items()}
             measurement = asyncio.run(b.measure(endpoint, plan, cell_dir))
-            row.cpu_s = {side: round(after - cpu_before[side], 3)
-                         for side, procs in sides.items()
-                         if (after := _cpu(procs)) is not None
-                         and cpu_before[side] is not None}
+            row.cpu_s = {}
+            for side, procs in sides.items():
+                before, after = cpu_before[side], _cpu(procs)
+                if before is not None and after is not None:
+                    row.cpu_s[side] = round(after - before, 3)
             run.markers += workload_markers(name, measurement)
             self._score_measurement(row, measurement, plan)
             row.notes += plugin.notes(ctx)
