@@ -68,8 +68,10 @@ class FlowRoles:
         client, server = _norm(flow.get("client")), _norm(flow.get("server"))
         if self._is_prober(client) or self._is_prober(server):
             return PROBE
-        dest = (_proto(flow.get("proto")), server, flow.get("server_port"))
-        kind = self.benign.get(dest)  # type: ignore[arg-type]
+        port = flow.get("server_port")
+        # Ports are integers in every event; anything else matches no key.
+        dest = (_proto(flow.get("proto")), server, port if isinstance(port, int) else -1)
+        kind = self.benign.get(dest)
         if kind is not None and (flow.get("client_port") in BENIGN_PORTS
                                  or dest in self.benign_only):
             return benign_role(kind)

@@ -124,7 +124,7 @@ class LabBackend(ABC):
         ``run.gso_limited`` and undone when it stops)."""
 
     @abstractmethod
-    async def measure(self, endpoint: Endpoint | None, plan: CellPlan,
+    async def measure(self, endpoint: Endpoint, plan: CellPlan,
                       cell_dir: Path) -> Measurement:
         """Run the client's workloads from where the client runs."""
 

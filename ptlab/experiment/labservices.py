@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Self
 
 from netns.process import LabProcess
 from ptcommon.events import READY_PATTERN
@@ -168,7 +169,7 @@ class LabServices:
             ]
         return specs
 
-    def start(self) -> LabServices:
+    def start(self) -> Self:
         specs = self.prepare()
         try:
             for name, role, argv, _ in specs:

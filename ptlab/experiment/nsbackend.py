@@ -56,7 +56,8 @@ class NamespaceBackend(LabBackend):
         require_tools("ip", "nft", "tc", "tcpdump")
         topo = default_topology(proxies=self.spec.topology.proxies)
         # A lab shared by many cells (the pytest fixture) extends for every plugin.
-        extend = {n: {} for n in plugins.available()} if self.extend_for_all else {}
+        extend: dict[str, dict[str, Any]] = (
+            {n: {} for n in plugins.available()} if self.extend_for_all else {})
         extend.update(self.spec.transports)
         for name, opts in extend.items():
             plugins.get(name).extend_topology(topo, opts)
@@ -193,7 +194,7 @@ class NamespaceBackend(LabBackend):
     def gather_cell(self, run: CellRun, cell_dir: Path) -> None:
         """Nothing to bring home: logs and captures are in the results already."""
 
-    async def measure(self, endpoint: Endpoint | None, plan: CellPlan,
+    async def measure(self, endpoint: Endpoint, plan: CellPlan,
                       cell_dir: Path) -> Measurement:
         """Measure from the client namespace, in this process."""
         assert self.lab and self.services

@@ -279,8 +279,9 @@ def shadowtools_check(cfg: dict[str, Any]) -> str | None:
     typeguard) when they can be imported; return why not otherwise, None when valid.
     Raises TypeError when they find a problem."""
     try:
-        from shadowtools.config import Config  # type: ignore[import-not-found]
-        from typeguard import check_type  # type: ignore[import-not-found]
+        # Optional, from a Shadow checkout: not installed by scripts/setup.
+        from shadowtools.config import Config  # type: ignore[import-not-found]  # optional
+        from typeguard import check_type  # type: ignore[import-not-found]  # optional
     except ImportError as exc:
         return (f"Shadow's config types cannot be imported here ({exc.name}): install "
                 f"shadowtools from a Shadow checkout and typeguard to check against them")

@@ -228,8 +228,8 @@ def _collateral_html(rows: Sequence[Row]) -> str:
     body = []
     for k in classes:
         tds = []
-        for c in censors:
-            b, n = cells.get((k, c), (0, 0))
+        for column in censors:
+            b, n = cells.get((k, column), (0, 0))
             style = ' class="met-no"' if b else ""
             tds.append(f'<td class="num"{"" if not b else style}>{b}/{n}</td>' if n
                        else "<td>—</td>")

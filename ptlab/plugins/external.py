@@ -273,7 +273,7 @@ class ExternalPlugin(LabPlugin):
         return [token.format(**values) for token in shlex.split(self.options[role])]
 
     @property
-    def resolver_is_wire(self) -> bool:  # type: ignore[override]
+    def resolver_is_wire(self) -> bool:  # type: ignore[override]  # a class attribute in LabPlugin
         """A row whose client names the lab resolver ({dns_host}) tunnels through it."""
         return "dns_host" in template_fields(self.options, roles=("client",))
 

@@ -159,12 +159,12 @@ class TorPlugin(LabPlugin):
         if self.transport == "conjure":
             # The station relays the phantom connection to the covert address,
             # the bridge's ORPort; the line's own address is never dialled.
-            args = {"url": f"https://{CONJURE_EDGE_NAME}/api/register", "transport": "min",
+            options = {"url": f"https://{CONJURE_EDGE_NAME}/api/register", "transport": "min",
                     "phantoms": CONJURE_PHANTOMS, "generation": "1", "v6": "0",
                     "covert": f"{ctx.lab.addr('bridge')}:{BRIDGE_ORPORT}",
                     "reg-delay": "0.75", "front": "front.lab"}
             return (f"Bridge conjure {CONJURE_PLACEHOLDER} {fingerprint} "
-                    + " ".join(f"{k}={v}" for k, v in args.items()))
+                    + " ".join(f"{k}={v}" for k, v in options.items()))
         if self.transport == "webtunnel":
             # As Tor publishes it: the url's synthetic address (never dialled).
             return f"Bridge {webtunnel_bridge_line(webtunnel_url(ctx), fingerprint)}"

@@ -21,6 +21,7 @@ import hashlib
 import socket
 import struct
 from collections.abc import Iterable
+from typing import cast
 
 from ptcommon.events import EventLog
 from ptlab.services.listeners import Listeners
@@ -49,7 +50,8 @@ class _UdpEcho(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A datagram endpoint's protocol is always handed a datagram transport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         if self.transport is not None:

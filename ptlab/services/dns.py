@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import ipaddress
 import json
 import socket
@@ -25,7 +26,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dns.exception
 import dns.flags
@@ -114,7 +115,7 @@ class Reply:
     rcode: str
 
 
-def _header_only(wire: bytes, rcode: int) -> Reply | None:
+def _header_only(wire: bytes, rcode: dns.rcode.Rcode) -> Reply | None:
     """A bare response built from the request header, for queries dnspython cannot parse."""
     if len(wire) < HEADER_LEN:
         return None
@@ -227,7 +228,8 @@ class Forwarder(asyncio.DatagramProtocol):
         self.relayed = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A datagram endpoint's protocol is always handed a datagram transport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def relay(self, wire: bytes, client: Any, reply_via: asyncio.DatagramTransport) -> None:
         if self.transport is None or len(self.pending) >= self.max_pending:
@@ -274,7 +276,8 @@ class _UdpProtocol(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A datagram endpoint's protocol is always handed a datagram transport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         zone = delegated_zone(data, self.server.forwarders)
@@ -314,7 +317,7 @@ class DnsServer:
             for zone, target in self.delegations.items():
                 family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
                 tr, fwd = await loop.create_datagram_endpoint(
-                    lambda target=target: Forwarder(target), family=family)
+                    functools.partial(Forwarder, target), family=family)
                 self.listeners.udp.append(tr)
                 self.forwarders[zone] = fwd
             for host, port in listens:

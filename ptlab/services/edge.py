@@ -179,7 +179,7 @@ def load_config(path: Path | str) -> EdgeConfig:
 # -- proxying ---------------------------------------------------------------
 
 def _connection_tokens(headers: Any) -> set[str]:
-    tokens = set()
+    tokens: set[str] = set()
     for value in headers.getall("Connection", []):
         tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
     return tokens

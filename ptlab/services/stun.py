@@ -18,6 +18,7 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Iterable
+from typing import cast
 
 from ptcommon.events import EventLog
 from ptlab.services.main import run_service
@@ -123,7 +124,8 @@ class _Protocol(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A datagram endpoint's protocol is always handed a datagram transport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         reply = handle_datagram(data, addr)

@@ -153,26 +153,33 @@ _SHARED: dict[str, TorNetwork] = {}
 _LOCK = threading.Lock()
 
 
+def _key(lab: Lab) -> str:
+    """The lab's id: only a lab that is up (and so has one) has a network."""
+    if lab.id is None:
+        raise LabError("the private Tor network needs a lab that is up")
+    return lab.id
+
+
 def shared(lab: Lab, base: Path) -> TorNetwork:
     """The lab's network, started on first use."""
     with _LOCK:
-        net = _SHARED.get(lab.id)
+        net = _SHARED.get(_key(lab))
         if net is None or net.dead():
             if net is not None:
                 net.stop()
-            net = _SHARED[lab.id] = TorNetwork(lab, base).start()
+            net = _SHARED[_key(lab)] = TorNetwork(lab, base).start()
         return net
 
 
 def existing(lab: Lab) -> TorNetwork | None:
     """The lab's network if one was started (never starts one)."""
     with _LOCK:
-        return _SHARED.get(lab.id)
+        return _SHARED.get(lab.id) if lab.id is not None else None
 
 
 def stop_shared(lab: Lab) -> None:
     """Stop the lab's network, if one was started (the runner calls this on teardown)."""
     with _LOCK:
-        net = _SHARED.pop(lab.id, None)
+        net = _SHARED.pop(lab.id, None) if lab.id is not None else None
     if net is not None:
         net.stop()

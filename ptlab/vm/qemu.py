@@ -119,10 +119,11 @@ def kvm_works(image: Image, timeout: float = 8.0) -> bool:
         return False
     seen = b""
     deadline = time.monotonic() + timeout
+    assert proc.stdout is not None  # stdout=PIPE
     try:
-        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        os.set_blocking(proc.stdout.fileno(), False)
         while time.monotonic() < deadline and proc.poll() is None:
-            seen += proc.stdout.read() or b""  # type: ignore[union-attr]
+            seen += proc.stdout.read() or b""
             if b"Linux version" in seen:
                 return True
             time.sleep(0.1)
@@ -177,13 +178,14 @@ def up(image: Image, state_dir: Path = STATE, accel: str = "auto",
         overlay = state_dir / f"{NAME_PREFIX}{machine}.qcow2"
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk),
                         "-F", "raw", str(overlay)], check=True, capture_output=True)
-        entry = {"ssh_port": _free_port(), "overlay": str(overlay),
-                 "pidfile": str(state_dir / f"{NAME_PREFIX}{machine}.pid"),
-                 "serial": str(state_dir / f"{NAME_PREFIX}{machine}.serial")}
-        state["machines"][machine] = entry
+        ssh_port = _free_port()
+        pidfile = state_dir / f"{NAME_PREFIX}{machine}.pid"
+        serial = state_dir / f"{NAME_PREFIX}{machine}.serial"
+        state["machines"][machine] = {"ssh_port": ssh_port, "overlay": str(overlay),
+                                      "pidfile": str(pidfile), "serial": str(serial)}
         _save(state_dir, state)
-        proc = subprocess.run(qemu_argv(machine, image, overlay, entry["ssh_port"], links,
-                                        chosen, Path(entry["pidfile"]), Path(entry["serial"])),
+        proc = subprocess.run(qemu_argv(machine, image, overlay, ssh_port, links,
+                                        chosen, pidfile, serial),
                               capture_output=True, text=True)
         if proc.returncode != 0:
             down(state_dir)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,7 +42,9 @@ from .layout import MACHINES, PREFIXLEN, SERVER_ROLE_ADDRESSES, VmLab, machine_o
 class Machines(Protocol):
     """The three machines: VMs (vagrant) or namespaces (split)."""
 
-    hosts: dict[str, Host]
+    @property
+    def hosts(self) -> Mapping[str, Host]:
+        """The client, censor and servers machines, by name (once up)."""
     # How many times longer than on the host a process takes to start there (1 on
     # namespaces and hardware-virtualised VMs; more under qemu's TCG, which emulates
     # the CPU). Every wait for a process is multiplied by it, never the experiment's
@@ -92,7 +95,7 @@ class VmServices(LabServices):
 
     ssh_port = 2222
 
-    def __init__(self, vlab: VmLab, workdir: Path, hosts: dict[str, Host],
+    def __init__(self, vlab: VmLab, workdir: Path, hosts: Mapping[str, Host],
                  ready_timeout_s: float = 20.0) -> None:
         super().__init__(vlab, workdir, ready_timeout_s)
         self.hosts = hosts
@@ -138,7 +141,7 @@ class VmBackend(LabBackend):
         self.machines = machines
         self.vlab = VmLab()
         self.work = Path(work) if work else self.out
-        self.hosts: dict[str, Host] = {}
+        self.hosts: Mapping[str, Host] = {}
         self.services: VmServices | None = None
         self.rtt_ms: float | None = None
         self.censor_ifaces: tuple[str, str] | None = None
@@ -268,7 +271,7 @@ class VmBackend(LabBackend):
     def addr(self, role: str) -> str:
         return self.vlab.addr(role)
 
-    async def measure(self, endpoint: Endpoint | None, plan: CellPlan,
+    async def measure(self, endpoint: Endpoint, plan: CellPlan,
                       cell_dir: Path) -> Measurement:
         """Measure on the client machine: ``python -m ptlab.workloads.cell``."""
         assert self.services and self.services.sshd

@@ -28,6 +28,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import dns.message
 import dns.rcode
@@ -347,6 +348,12 @@ async def ssh_session(ns: str | None, ip: str, port: int, files: SshdFiles | Non
 # --- the mix ---------------------------------------------------------------------
 
 
+async def _https_get(ns: str | None, ip: str, port: int, host: str, ca: str) -> None:
+    """An HTTPS GET whose TLS context is built inside the flow's timing and error
+    handling: a CA that fails to load is that flow's failure, not the mix's."""
+    await _http_get(ns, ip, port, host, _tls_context(ca))
+
+
 async def _timed(kind: str, target: str, timeout: float,
                  make: Callable[[], Awaitable[None]]) -> BenignResult:
     start, started = time.monotonic(), round(time.time(), 6)
@@ -373,11 +380,10 @@ async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout:
     ns = client_ns
     for ip, port, host, ca in targets.https:
         jobs.append(_timed("https", f"{host}@{format_hostport(ip, port)}", timeout,
-                           lambda ip=ip, port=port, host=host, ca=ca:
-                           _http_get(ns, ip, port, host, _tls_context(ca))))
+                           partial(_https_get, ns, ip, port, host, ca)))
     for ip, port, host in targets.http:
         jobs.append(_timed("http", f"{host}@{format_hostport(ip, port)}", timeout,
-                           lambda ip=ip, port=port, host=host: _http_get(ns, ip, port, host, None)))
+                           partial(_http_get, ns, ip, port, host, None)))
     if targets.dns is not None:
         ip, port = targets.dns
         name, rdtype = targets.dns_name, targets.dns_type
@@ -392,13 +398,12 @@ async def run_benign_mix(client_ns: str | None, targets: BenignTargets, timeout:
                            lambda: ssh_session(ns, sip, sport, ssh, timeout)))
     for bip, bport in ([targets.binary] if targets.binary else []) + targets.binary_extra:
         jobs.append(_timed("binary", format_hostport(bip, bport), timeout,
-                           lambda bip=bip, bport=bport: binary_exchange(ns, bip, bport)))
+                           partial(binary_exchange, ns, bip, bport)))
     if targets.udp is not None:
         uip, uport = targets.udp
         jobs.append(_timed("udp-echo", format_hostport(uip, uport), timeout,
                            lambda: _udp_echo(ns, uip, uport, timeout)))
     for qip, qport, sni, ca in targets.quic:
         jobs.append(_timed("quic", f"{sni}@{format_hostport(qip, qport)}", timeout,
-                           lambda qip=qip, qport=qport, sni=sni, ca=ca:
-                           quic_echo(ns, qip, qport, sni, ca)))
+                           partial(quic_echo, ns, qip, qport, sni, ca)))
     return list(await asyncio.gather(*jobs))

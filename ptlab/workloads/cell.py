@@ -147,12 +147,12 @@ def _targets(d: dict[str, Any]) -> BenignTargets:
     def pairs(v):
         return None if v is None else tuple(v)
 
-    return BenignTargets(https=[tuple(x) for x in d["https"]],  # type: ignore[misc]
-                         http=[tuple(x) for x in d["http"]],  # type: ignore[misc]
+    return BenignTargets(https=[tuple(x) for x in d["https"]],
+                         http=[tuple(x) for x in d["http"]],
                          dns=pairs(d["dns"]), dns_name=d["dns_name"], dns_type=d["dns_type"],
                          ssh=pairs(d["ssh"]), binary=pairs(d["binary"]), udp=pairs(d["udp"]),
-                         binary_extra=[tuple(x) for x in d["binary_extra"]],  # type: ignore[misc]
-                         quic=[tuple(x) for x in d.get("quic", [])])  # type: ignore[misc]
+                         binary_extra=[tuple(x) for x in d["binary_extra"]],
+                         quic=[tuple(x) for x in d.get("quic", [])])
 
 
 def main(argv: list[str] | None = None) -> int:

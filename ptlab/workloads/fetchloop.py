@@ -72,8 +72,8 @@ async def run(args: argparse.Namespace) -> int:
     target = split_hostport(args.target)
     bridge_args = dict(a.split("=", 1) for a in args.arg)
     for i in range(args.count if args.count > 0 else 1 << 62):
-        events.emit("fetch", **await fetch_once(socks, target, bridge_args, args.size, i,
-                                               args.timeout))
+        events.emit_fields("fetch", await fetch_once(socks, target, bridge_args, args.size, i,
+                                                     args.timeout))
         await asyncio.sleep(args.every)
     return 0
 
