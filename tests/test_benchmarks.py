@@ -62,6 +62,7 @@ def test_snowflake_scale_refuses_a_zero_count(capsys):
     assert "at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # about a minute of floods, and it needs the machine to itself
 def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
     """CI's subset of issue 29's benchmark, each server under a 256-descriptor limit:
     300 silent junk connections to obfs4 and ScrambleSuit, 400 unfinished HTTP heads

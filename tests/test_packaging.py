@@ -9,6 +9,8 @@ import threading
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("ptcommon", "transports", "broker", "censor_sim", "netns", "ptlab")
 
@@ -83,6 +85,7 @@ runpy.run_module("ptlab", run_name="__main__")
     raise AssertionError(f"the proxy exited ({proc.returncode}): {err[-2000:]}")
 
 
+@pytest.mark.network
 def test_the_wheel_installs_from_wheels_alone_and_the_proxy_starts(tmp_path):
     """A volunteer's install: our wheel into a fresh venv with --only-binary=:all: (no
     compiler, no sdists), then the proxy's help and every transport import. Prints the

@@ -9,7 +9,7 @@ import pytest
 from netns.process import LabProcess, live_group_members
 from tests.support.netlab import pair_lab
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
+pytestmark = pytest.mark.lab  # a namespace: root
 
 
 @pytest.fixture

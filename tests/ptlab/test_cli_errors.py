@@ -54,6 +54,7 @@ def test_missing_privilege(monkeypatch, capsys):
         assert err.startswith("ptlab: needs root"), err
 
 
+@pytest.mark.lab
 def test_missing_system_tool(tmp_path):
     # A PATH with python but without ip/nft: the lab must name the tool.
     bindir = tmp_path / "bin"
@@ -66,6 +67,7 @@ def test_missing_system_tool(tmp_path):
     assert "missing system tool 'ip' (Debian package iproute2)" in line
 
 
+@pytest.mark.lab
 def test_unknown_lab_for_down():
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("needs root")
@@ -83,6 +85,7 @@ def test_vm_run_refuses_what_three_machines_cannot_hold():
     assert "transports.meek: not available on the three-machine layout" in line
 
 
+@pytest.mark.lab
 def test_vm_run_without_vms_says_why_in_one_line(tmp_path):
     env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vh"), "VAGRANT_DEFAULT_PROVIDER": "none"}
     proc = ptlab("vm", "run", "experiments/vm.toml", env=env)

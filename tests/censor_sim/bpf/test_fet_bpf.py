@@ -31,6 +31,8 @@ CLIENT, SERVER = "198.18.0.2", "198.18.1.2"
 CLIENT6, SERVER6 = "2001:db8::2", "2001:db8:1::2"
 MAC_CLIENT, MAC_ROUTER = "02:00:00:00:00:01", "02:00:00:00:00:02"
 NP3, NP4, NP5, P4 = b"\x07", b"\x0f", b"\x1f", b"U"  # as in test_fet.py
+pytestmark = pytest.mark.lab  # loading an eBPF program needs root (CAP_BPF)
+
 RULES = ("ex1", "ex2", "ex3", "ex4", "ex5")
 _ports = itertools.count(20000)
 

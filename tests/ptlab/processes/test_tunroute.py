@@ -2,7 +2,6 @@
 create the device first and configure it later, and a route via the tunnel's far
 end is refused until then."""
 
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 
 from tests.support.netlab import pair_lab
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
+pytestmark = pytest.mark.lab  # a namespace: root
 
 
 def test_a_device_is_ready_only_when_up_with_an_address():

@@ -68,6 +68,7 @@ def test_a_cached_image_is_returned_without_building(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
+@pytest.mark.lab
 def test_the_boot_script_sets_addresses_routes_and_forwarding(tmp_path):
     script = tmp_path / "ptl-net"
     script.write_text(image.NET_SCRIPT)

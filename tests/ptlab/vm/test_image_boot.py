@@ -16,8 +16,9 @@ import pytest
 
 from ptlab.vm import box, image
 
-pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
-                                reason="qemu-system-x86 is not installed")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                 reason="qemu-system-x86 is not installed")]
 
 
 def _cached() -> image.Image:

@@ -89,6 +89,7 @@ def test_up_refuses_when_the_vms_are_already_up(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.lab
 def test_a_killed_up_leaves_nothing_once_down_has_run(tmp_path):
     """The real thing, when the image is cached: 'vm up' SIGKILLed while the VMs boot,
     then 'vm down': no qemu process, overlay or state is left."""

@@ -35,6 +35,7 @@ from ptlab.vm.split import SplitMachines
 from tests.support.vmspec import by_cell, quick_spec
 
 REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.lab
 # Fields that must agree; figures (goodput, latency, counters) are measurements.
 SAME = ("status", "error", "detector", "action", "detections", "repetitions", "repetitions_ok",
         "collateral_detections", "benign_total",

@@ -11,6 +11,7 @@ from ptlab.workloads.tunnel import TunnelError, open_tunnel
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a namespace: root")
+@pytest.mark.lab
 async def test_refused_connect_is_a_connection_error(tmp_path):
     from netns.lab import Lab
     from netns.process import LabProcess

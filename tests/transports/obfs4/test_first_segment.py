@@ -194,6 +194,7 @@ def client_payloads(sniffer: socket.socket, port: int) -> list[int]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sniffing lo needs root (CAP_NET_RAW)")
+@pytest.mark.lab
 async def test_the_first_client_packet_is_exactly_n_bytes() -> None:
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL)) as sniffer:
         sniffer.bind(("lo", 0))

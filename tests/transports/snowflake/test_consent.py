@@ -97,6 +97,7 @@ def test_aioice_still_has_what_the_subclass_overrides_and_reads():
         assert hasattr(conn, name), name
 
 
+@pytest.mark.network
 def test_a_real_peer_connection_gets_patient_consent_and_still_connects():
     async def run():
         async with peer_pair() as (a, b):

@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +25,7 @@ async def serve(app: web.Application) -> TestServer:
     return server
 
 
+@pytest.mark.network
 async def test_a_reachable_proxy_is_unrestricted():
     service = ProbeService(keep_local_addresses=True)
     server = await serve(service.app())
@@ -138,6 +140,7 @@ def test_fuzzed_probes_never_break_the_service(body):
     asyncio.run(one())
 
 
+@pytest.mark.network
 async def test_the_proxy_polls_with_the_type_the_probe_found():
     service = ProbeService(keep_local_addresses=True)
     probe = await serve(service.app())

@@ -123,6 +123,7 @@ class Counting(DelayedSackSctp):
         await super()._send_chunk(chunk)
 
 
+@pytest.mark.network
 def test_a_real_pair_moves_tiny_messages_exactly_in_far_fewer_packets():
     exact_plain, packets_plain = asyncio.run(transfer(bundling=False))
     exact_bundled, packets_bundled = asyncio.run(transfer(bundling=True))

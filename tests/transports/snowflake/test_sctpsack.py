@@ -128,6 +128,7 @@ async def transfer(delayed: bool, messages: int = 400, size: int = 1000) -> tupl
         return exact, sacks
 
 
+@pytest.mark.network
 def test_a_real_pair_moves_data_exactly_with_half_the_sacks():
     exact_plain, sacks_plain = asyncio.run(transfer(delayed=False))
     exact_delayed, sacks_delayed = asyncio.run(transfer(delayed=True))

@@ -33,6 +33,7 @@ def test_the_kernel_is_asked_without_sending():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of its own needs root")
+@pytest.mark.lab
 def test_with_no_route_the_server_is_dropped_and_gathering_is_quick():
     """In a namespace with no routes (an anonymous one, gone when the process ends)
     the lab's unroutable STUN address is dropped, as pion fails it at once."""

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import aioice.turn
+import pytest
 
 from transports.snowflake.udpbuffer import RECEIVE_BUFFER, enlarge_ice_receive_buffer
 
@@ -26,6 +27,7 @@ async def gathered_buffers() -> list[int]:
         await pc.close()
 
 
+@pytest.mark.network
 def test_gathered_sockets_get_the_buffer(monkeypatch):
     monkeypatch.setattr(aioice.turn, "UDP_SOCKET_BUFFER_SIZE", 262144)
     assert enlarge_ice_receive_buffer() == RECEIVE_BUFFER

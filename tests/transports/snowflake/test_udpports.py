@@ -43,6 +43,7 @@ def free_udp_range(width: int) -> PortRange:
 
 
 @LOOPS
+@pytest.mark.network
 def test_host_candidates_bind_inside_the_range(base):
     ports = free_udp_range(40)
     with asyncio.Runner(loop_factory=lambda: port_range_loop(ports, base)) as runner:
