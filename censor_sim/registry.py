@@ -3,8 +3,8 @@
 A profile's ``[detectors.NAME]`` table names its ``kind`` (the table's name
 when it has none). The kind is looked up here: first among the built-in
 inspectors, then in the ``ptlab.detectors`` entry-point group, so a package
-can add a detector without editing ``censor_sim`` (README, "Adding a
-detector")::
+can add a detector without editing ``censor_sim`` (docs/lab/extending.md
+§3)::
 
     [project.entry-points."ptlab.detectors"]
     ssh_banner = "mypkg.detector:SshBannerInspector"

@@ -1,16 +1,25 @@
 """The documentation the code cites is in the repository, and nothing points off it.
 
-Code cites the project's own pages as ``docs/<page>.md §N`` (docs/README.md):
-the page must exist and have a heading numbered N. The reference notes the
+Code, specs and pages cite the project's own pages as ``docs/<page>.md §N``
+(docs/README.md), and pages cite each other as ``[page.md](page.md) §N``: the
+page must exist and have a heading numbered N. The reference notes the
 project started from are not shipped, so a citation by their bare names
 is a dangling one; so is any absolute
 path of a developer's machine.
+
+The README stays at most 300 lines, and its Layout table names every package
+and subpackage of the tree, and no path that is gone. docs/lab/servers.md's
+command lines still parse (their ``--help`` runs, and every flag they use is in
+it), and docs/lab/experiments.md's spec still passes ``ptlab run --check``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +195,297 @@ REFS = "sha" + "red/" + "proto" + "cols"
 ])
 def test_off_tree_check(text: str, in_docs: bool, bad: bool):
     assert bool(off_tree_problems(text, "x", in_docs)) is bad
+
+
+# --- a relative link with a section is a citation too ------------------------------------
+
+#: ``[censor.md](censor.md) §5``, ``[../architecture.md](../architecture.md) §3.2–3.3``.
+LINKED_SECTION = re.compile(
+    rf"\]\(([^)#\s]+\.md)\)[ \t]*§[ \t]*({_NUMBER}(?:[ \t]*(?:[–-]|,|and)[ \t]*§?[ \t]*"
+    rf"{_NUMBER}(?![\w.]))*)")
+
+
+def linked_section_problems(page: Path, text: str) -> list[str]:
+    """Sections named after a relative link that the linked page does not have."""
+    where = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name
+    problems = []
+    for m in LINKED_SECTION.finditer(text):
+        if "://" in m.group(1):
+            continue
+        target = (page.parent / m.group(1)).resolve()
+        if not target.is_file():
+            continue  # test_links_between_pages_resolve reports it
+        have = sections(target)
+        for number in re.findall(_NUMBER, m.group(2)):
+            if number not in have:
+                problems.append(f"{where}: links to {m.group(1)} §{number}, "
+                                "which has no such section")
+    return problems
+
+
+def test_linked_sections_exist():
+    pages = [f for f in FILES if f.suffix == ".md"]
+    problems = [p for page in pages for p in linked_section_problems(page, page.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_linked_section_check(tree: Path):
+    page = tree / "docs" / "censors" / "README.md"
+    ok = "see [fet.md](fet.md) §1.2 and [fet.md](fet.md) §1–2"
+    bad = "see [fet.md](fet.md) §2.4, and [../censors/fet.md](../censors/fet.md) §1, §9"
+    assert linked_section_problems(page, ok) == []
+    found = linked_section_problems(page, bad)
+    assert len(found) == 2 and "§2.4" in found[0] and "§9" in found[1]
+
+
+# --- the experiment specs' comments cite pages too ----------------------------------------
+
+SPECS = sorted((ROOT / "experiments").glob("*.toml"))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_experiment_spec_citations(spec: Path):
+    """A spec's comments say where its results and models are documented
+    (``# docs/transports/webtunnel.md §7.3 has the results``)."""
+    assert spec in FILES
+    problems = citation_problems(spec.read_text(), str(spec.relative_to(ROOT)))
+    assert not problems, "\n".join(problems)
+
+
+def test_a_spec_comment_citing_a_missing_section_is_caught(tree: Path):
+    text = '[experiment]\nname = "x"  # docs/censors/fet.md §2 has the rules\n' \
+           "# docs/censors/fet.md §6 has the results\n"
+    found = citation_problems(text, "experiments/x.toml", root=tree)
+    assert len(found) == 1 and "§6" in found[0]
+
+
+# --- the README stays short, and its Layout matches the tree ------------------------------
+
+README_MAX_LINES = 300
+#: The packages whose every subpackage the README's Layout must name.
+PACKAGES = ("ptcommon", "transports", "broker", "censor_sim", "netns", "ptlab")
+_CODE = re.compile(r"`([^`]+)`")
+_DIR_NAME = re.compile(r"[\w.-]+(?:/[\w.-]+)*/")
+
+
+def test_readme_is_at_most_300_lines():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; keep it to {README_MAX_LINES} and move detail "
+        "to docs/ (docs/README.md indexes the pages)")
+
+
+def layout_rows(readme: str) -> list[tuple[list[str], str]]:
+    """The README's Layout table: for each row, the paths its first cell names and the
+    text of its contents cell."""
+    if "\n## Layout\n" not in readme:
+        return []
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("|") or set(line) <= set("|- "):
+            continue
+        first, _, rest = line.strip().strip("|").partition("|")
+        paths = _CODE.findall(first)
+        if paths:  # the header row names no path
+            rows.append((paths, rest))
+    return rows
+
+
+def packages_in(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """Every package and subpackage (a directory with ``__init__.py``), as ``a/b/``."""
+    found = []
+    for top in packages:
+        if (root / top / "__init__.py").is_file():
+            found += sorted(f"{p.parent.relative_to(root).as_posix()}/"
+                            for p in (root / top).rglob("__init__.py")
+                            if not SKIP_DIRS & set(p.relative_to(root).parts))
+    return found
+
+
+def layout_problems(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """A package missing from the README's Layout, or a Layout entry naming a path that
+    does not exist.
+
+    A row's first cell names paths from the root (`ptlab/common/`, `scripts/setup`). In its
+    contents cell, a name in backticks that ends in ``/`` (`turbotunnel/`, `ml/`) is a
+    directory inside the row's own directory. A package is in the Layout when either names
+    it."""
+    rows = layout_rows((root / "README.md").read_text())
+    if not rows:
+        return ["README.md has no Layout table (## Layout)"]
+    problems, named = [], set()
+    for paths, contents in rows:
+        for path in paths:
+            if not (root / path).exists():
+                problems.append(f"Layout row {path!r}: no such path")
+            named.add(path.rstrip("/") + "/" if (root / path).is_dir() else path)
+        base = paths[0] if len(paths) == 1 and paths[0].endswith("/") else ""
+        for name in _CODE.findall(contents):
+            if not _DIR_NAME.fullmatch(name):
+                continue
+            if not (root / base / name).is_dir():
+                problems.append(f"Layout row {paths[0]!r} names {name!r}: no such directory "
+                                f"{base + name}")
+            named.add(base + name)
+    problems += [f"{pkg} is not in the README's Layout (give it a row, or name it as "
+                 f"`{pkg.rstrip('/').rsplit('/', 1)[-1]}/` in its parent's row)"
+                 for pkg in packages_in(root, packages) if pkg not in named]
+    return problems
+
+
+def test_readme_layout_matches_the_tree():
+    problems = layout_problems()
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def pkgtree(tmp_path: Path) -> Path:
+    for pkg in ("ptlab", "ptlab/common", "ptlab/vm", "censor_sim", "censor_sim/bpf",
+                "censor_sim/detectors", "censor_sim/detectors/ml"):
+        (tmp_path / pkg).mkdir(parents=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "ptlab" / "static").mkdir()  # no __init__.py: not a package
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "setup").write_text("")
+    return tmp_path
+
+
+def _layout(rows: str) -> str:
+    return f"# x\n\n## Layout\n\n| path | contents |\n| --- | --- |\n{rows}\n## Next\n"
+
+
+GOOD_ROWS = (
+    "| `ptlab/` | the application; `vm/` (three machines) |\n"
+    "| `ptlab/common/` | the floor |\n"
+    "| `censor_sim/` | the censor; `bpf/` (the kernel fast path) |\n"
+    "| `censor_sim/detectors/` | detectors; `ml/` (learning) |\n"
+    "| `scripts/setup` | setup |\n")
+
+
+@pytest.mark.parametrize(("rows", "expect"), [
+    (GOOD_ROWS, []),
+    (GOOD_ROWS.replace("; `bpf/` (the kernel fast path)", ""), ["censor_sim/bpf/ is not"]),
+    (GOOD_ROWS.replace("| `ptlab/common/` | the floor |\n", ""), ["ptlab/common/ is not"]),
+    (GOOD_ROWS.replace("; `ml/` (learning)", ", ml"), ["censor_sim/detectors/ml/ is not"]),
+    (GOOD_ROWS + "| `ptlab/gone/` | a room since moved |\n", ["'ptlab/gone/': no such path"]),
+    (GOOD_ROWS + "| `Vagrantfile`, `scripts/setup` | VMs |\n", ["'Vagrantfile': no such path"]),
+    (GOOD_ROWS.replace("`vm/`", "`vm/`, `old/`"), ["names 'old/': no such directory"]),
+])
+def test_layout_check(pkgtree: Path, rows: str, expect: list[str]):
+    (pkgtree / "README.md").write_text(_layout(rows))
+    found = layout_problems(pkgtree, ("ptlab", "censor_sim", "netns"))
+    assert len(found) == len(expect), found
+    for problem, words in zip(found, expect, strict=True):
+        assert words in problem
+
+
+def test_layout_check_needs_the_table(pkgtree: Path):
+    (pkgtree / "README.md").write_text("# x\n\nNo layout here.\n")
+    assert layout_problems(pkgtree, ("ptlab",)) == ["README.md has no Layout table (## Layout)"]
+
+
+# --- docs/lab/servers.md: every command line there still parses --------------------------
+
+SERVERS_PAGE = ROOT / "docs" / "lab" / "servers.md"
+_SH_BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
+_ASSIGNMENT = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
+
+
+def page_commands(text: str) -> list[list[str]]:
+    """The ``python -m ...`` and ``ptlab ...`` command lines of a page's ``sh`` blocks,
+    continuation lines joined, environment assignments and comments dropped."""
+    commands = []
+    for block in _SH_BLOCK.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            while words and _ASSIGNMENT.fullmatch(words[0]):
+                words.pop(0)
+            if words[:2] == ["python", "-m"] and len(words) > 2 or words[:1] == ["ptlab"]:
+                commands.append(words)
+    return commands
+
+
+def program(words: list[str]) -> tuple[str, ...]:
+    """What a command runs: the module or ``ptlab`` command, and a subcommand if any
+    (``('transports.lab_mode', 'server')``, ``('ptlab', 'censor')``)."""
+    head = words[2:] if words[0] == "python" else words
+    if head[0] == "ptlab" or (len(head) > 1 and re.fullmatch(r"[a-z][a-z-]*", head[1])):
+        return tuple(head[:2])
+    return tuple(head[:1])
+
+
+def argv(words: list[str]) -> list[str]:
+    if words[0] == "python":
+        return [sys.executable, *words[1:]]
+    return [sys.executable, "-m", "ptlab", *words[1:]]
+
+
+SERVER_COMMANDS = [list(w) for w in dict.fromkeys(
+    tuple(w) for w in page_commands(SERVERS_PAGE.read_text()))]
+HELP_LINES = [w for w in SERVER_COMMANDS if w[-1] == "--help"]
+
+
+@functools.cache
+def help_text(words: tuple[str, ...]) -> tuple[int, str]:
+    done = subprocess.run(argv(list(words)), cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("words", HELP_LINES, ids=[" ".join(w) for w in HELP_LINES])
+def test_servers_page_help_lines_run(words: list[str]):
+    code, text = help_text(tuple(words))
+    assert code == 0, f"{' '.join(words)} exited {code}:\n{text}"
+    assert "usage:" in text
+
+
+@pytest.mark.parametrize("words", SERVER_COMMANDS, ids=[" ".join(w) for w in SERVER_COMMANDS])
+def test_servers_page_commands_use_only_their_flags(words: list[str]):
+    """Each command on the page has a ``--help`` line there too, and every flag it
+    uses is one its help lists."""
+    helps = [h for h in HELP_LINES if program(h) == program(words)]
+    assert helps, f"{' '.join(words)}: add `{' '.join(program(words))} --help` to the page"
+    code, text = help_text(tuple(helps[0]))
+    assert code == 0
+    rest = words[len(program(words)) + (2 if words[0] == "python" else 0):]
+    flags = [w.split("=", 1)[0] for w in rest if re.fullmatch(r"--?[a-z][\w-]*(=.*)?", w)]
+    unknown = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text)]
+    assert not unknown, f"{' '.join(words)}: {unknown} not in its --help"
+
+
+def test_servers_page_reader():
+    text = ("```sh\npython -m broker --help\nFOO=1 BAR='a\\:b' \\\npython -m transports.pt"
+            "\nptlab censor --profile x  # a comment\nls -l\n```\n`python -m inline` is prose\n")
+    assert page_commands(text) == [["python", "-m", "broker", "--help"],
+                                   ["python", "-m", "transports.pt"],
+                                   ["ptlab", "censor", "--profile", "x"]]
+    assert program(["python", "-m", "transports.lab_mode", "server", "--listen", "x"]) == \
+        ("transports.lab_mode", "server")
+    assert program(["python", "-m", "broker", "--addr", "x"]) == ("broker",)
+    assert program(["ptlab", "snowflake-proxy", "-broker", "x"]) == ("ptlab", "snowflake-proxy")
+
+
+def test_servers_page_covers_every_server():
+    """The servers the brief of the page lists, each with its command."""
+    runs = {program(w) for w in SERVER_COMMANDS}
+    for expected in [("transports.lab_mode", "server"), ("transports.obfs4", "server"),
+                     ("transports.meek.server",), ("transports.snowflake.server",),
+                     ("broker",), ("transports.snowflake.natprobe",),
+                     ("ptlab", "snowflake-proxy"), ("transports.conjure.station",),
+                     ("transports.pt",), ("ptlab", "pt"), ("ptlab", "censor"),
+                     ("censor_sim",), ("censor_sim.prober", "serve")]:
+        assert expected in runs, f"docs/lab/servers.md has no {' '.join(expected)}"
+
+
+# --- docs/lab/experiments.md: its spec is a valid spec ------------------------------------
+
+def test_experiments_page_spec_passes_check(tmp_path: Path):
+    text = (ROOT / "docs" / "lab" / "experiments.md").read_text()
+    spec = re.search(r"## 1\. A spec\n.*?```toml\n(.*?)```", text, re.S)
+    assert spec, "docs/lab/experiments.md lost its example spec"
+    path = tmp_path / "mine.toml"
+    path.write_text(spec.group(1))
+    done = subprocess.run([sys.executable, "-m", "ptlab", "run", "--check", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,6 +1,6 @@
 """The WebTunnel rows: our client, through Debian's nginx, to our server.
 
-Where each piece runs (docs/transports/webtunnel.md §6):
+Where each piece runs (docs/transports/webtunnel.md §7.1):
 
 * Debian's nginx in the bridge namespace, on port 443 of every bridge address,
   with a lab certificate for the bridge's own name (``bridge.lab``, not the

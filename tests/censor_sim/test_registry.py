@@ -1,4 +1,5 @@
-"""Detector kinds from other packages: the README's example, installed as a plugin."""
+"""Detector kinds from other packages: the example of docs/lab/extending.md §3, installed as a
+plugin."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ from censor_sim.packet import ACK, PSH, SYN
 from censor_sim.profile import load_profile
 from tests.support.engine import CLIENT, SERVER, Clock, tcp
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "lab" / "extending.md"
 
 
-def readme_blocks() -> tuple[str, str, str]:
+def example_blocks() -> tuple[str, str, str]:
     """The section's Python detector, its entry-point table and its profile."""
-    section = README.read_text().split("## Adding a detector", 1)[1].split("\n## ", 1)[0]
+    section = PAGE.read_text().split("## 3. Adding a detector", 1)[1].split("\n## ", 1)[0]
     code = re.findall(r"```python\n(.*?)```", section, re.S)
     tomls = re.findall(r"```toml\n(.*?)```", section, re.S)
-    assert len(code) == 1 and len(tomls) == 2, "the README lost its detector example"
+    assert len(code) == 1 and len(tomls) == 2, "docs/lab/extending.md lost its detector example"
     return code[0], tomls[0], tomls[1]
 
 
@@ -54,8 +55,8 @@ def ssh_exchange(engine: Engine, banner: bytes, port: int = 22):
     return engine.handle(tcp(CLIENT, SERVER, 40022, port, PSH | ACK, banner), True)
 
 
-def test_the_readme_example_detector_runs_as_an_installed_plugin(plugin_path):
-    code, eps, profile_toml = readme_blocks()
+def test_the_documented_example_detector_runs_as_an_installed_plugin(plugin_path):
+    code, eps, profile_toml = example_blocks()
     module = "ptl_example_ssh"
     # pyproject's [project.entry-points."G"] becomes the wheel's entry_points.txt [G].
     groups = tomllib.loads(eps.replace("mypkg.ssh", module))["project"]["entry-points"]
