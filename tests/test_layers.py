@@ -28,8 +28,9 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 }
 
 
-def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
-    """(line, absolute module name) of every import in ``source``, relative ones resolved.
+def imports(source: str, module: str) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module name, names taken from it) of every import in ``source``,
+    relative ones resolved; ``import a.b`` takes no names.
 
     ``module`` is the dotted name of the file (``transports.obfs4.packet``;
     a package's ``__init__`` is the package itself).
@@ -37,10 +38,10 @@ def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
     tree = ast.parse(source)
     is_package = module.endswith(".__init__")
     parts = module.removesuffix(".__init__").split(".")
-    out = []
+    out: list[tuple[int, str, list[str]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, alias.name) for alias in node.names]
+            out += [(node.lineno, alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = parts if is_package else parts[:-1]
@@ -48,8 +49,13 @@ def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            out.append((node.lineno, name))
+            out.append((node.lineno, name, [alias.name for alias in node.names]))
     return out
+
+
+def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``source``."""
+    return [(line, name) for line, name, _ in imports(source, module)]
 
 
 def violations(package: str, source: str, module: str) -> list[str]:
@@ -135,23 +141,13 @@ def module_names() -> dict[str, Path]:
 def import_edges(source: str, module: str, known: set[str] | dict[str, Path]) -> set[str]:
     """The modules of ours that ``source`` (module ``module``) imports: ``from X import a``
     names module X.a when there is one, else X itself."""
-    tree = ast.parse(source)
-    is_package = module.endswith(".__init__")
-    parts = module.removesuffix(".__init__").split(".")
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name in known}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = parts if is_package else parts[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module or ""
-            for alias in node.names:
-                sub = f"{name}.{alias.name}"
-                out.add(sub if sub in known else name)
+    for _, name, names in imports(source, module):
+        if not names:
+            out.add(name)
+        for taken in names:
+            sub = f"{name}.{taken}"
+            out.add(sub if sub in known else name)
     out.discard(module.removesuffix(".__init__"))
     return {m for m in out if m in known}
 
