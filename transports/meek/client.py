@@ -33,20 +33,13 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.abc
 
-from transports.base import (
-    BOTH_ROLES,
-    ListeningServerFactory,
-    Streams,
-    Transport,
-    TransportError,
-)
+from transports.base import Streams, TransportError
 from transports.common.fronting import FrontingError, fronted
 from transports.common.httpbody import read_limited
 from transports.common.pipes import spawn, stream_pair
@@ -305,28 +298,3 @@ class MeekClientFactory:
 
         spawn(run())
         return inner
-
-
-@dataclass(frozen=True)
-class Meek(Transport):
-    """Registered as ``meek`` and ``meek_lite`` (the name obfs4proxy's bridge lines use)."""
-
-    roles = BOTH_ROLES
-
-    def client_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> MeekClientFactory:
-        return MeekClientFactory(MeekArgs.parse(args))
-
-    def server_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> ListeningServerFactory:
-        from .server import MeekServerFactory, config_from_options
-
-        try:
-            cfg, tls = config_from_options(dict(args))
-        except (ValueError, OSError, ssl.SSLError) as exc:
-            raise TransportError(str(exc)) from None
-        return MeekServerFactory(cfg, tls)
-
-
-MEEK = Meek("meek")
-MEEK_LITE = Meek("meek_lite")

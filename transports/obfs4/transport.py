@@ -271,8 +271,9 @@ class Obfs4ServerFactory:
 
 
 class Obfs4(Transport):
-    roles = BOTH_ROLES
     """obfs4, registered as ``obfs4``."""
+
+    roles = BOTH_ROLES
 
     def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
         try:
