@@ -35,7 +35,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
-from transports.base import TransportError
+from transports.base import Streams, TransportError
 from transports.common.hostport import split_hostport
 from transports.common.relay import relay
 from transports.common.replayfilter import ReplayFilter
@@ -48,7 +48,6 @@ from .wrapping import NEED_MORE, identify
 
 log = logging.getLogger("conjure-station")
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 LIVENESS_TIMEOUT_S = 0.75
 LIVENESS_PROBES = 4
 DEADLINE_S = (5.0, 10.0)

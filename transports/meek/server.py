@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
+from transports.base import Handoff, Streams
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
@@ -74,7 +75,6 @@ MIN_SESSION_ID, MAX_SESSION_ID = 8, 128
 DECOY_TEXT = "I\u2019m just a happy little web server.\n"
 TRANSPORT_NAME = "meek"
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Dial = Callable[[str], Awaitable[Streams]]  # client address "IP:1" -> upstream streams
 
 
@@ -335,7 +335,7 @@ def dial_tcp(host: str, port: int) -> Dial:
     return dial
 
 
-def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> Dial:
+def dial_through_handoff(handoff: Handoff) -> Dial:
     """A dial function that hands one end of a socket pair to ``handoff`` (managed
     mode's relay to tor's Extended ORPort) and keeps the other for the session."""
     async def dial(client_addr: str) -> Streams:
@@ -400,8 +400,7 @@ class MeekServerFactory:
     def smethod_args(self) -> dict[str, str]:
         return {}
 
-    async def listen(self, host: str, port: int,
-                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+    async def listen(self, host: str, port: int, handoff: Handoff) -> Listening:
         return await listen(MeekServer(self.config, dial_through_handoff(handoff)), host, port,
                             self.ssl_context)
 

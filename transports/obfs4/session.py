@@ -39,6 +39,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
+from ..base import Streams
 from ..common.probdist import WeightedDist, iat_seed
 from .framing import MAXIMUM_SEGMENT_LENGTH, Decoder, Encoder, FramingError
 from .packet import PacketDecoder, PacketEncoder, burst_pad_length
@@ -361,7 +362,7 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
 
 def attach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover: bytes,
            encoder: Encoder, decoder: Decoder, shaping: Shaping,
-           is_server: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+           is_server: bool) -> Streams:
     """Switch a handshaken TCP connection over to an obfs4 session; return its streams.
 
     Must be called with no ``await`` since the handshake's last read, so no

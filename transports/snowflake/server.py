@@ -32,13 +32,14 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
 from ptcommon.events import EventLog, run_until_stopped
+from transports.base import Handoff, Streams
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
@@ -71,9 +72,6 @@ log = logging.getLogger(__name__)
 PREAMBLE_TIMEOUT_S = 10.0
 MAX_MESSAGE = 32 * 1024
 TRANSPORT_NAME = "snowflake"
-
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-Handoff = Callable[[Streams, str], Awaitable[None]]
 
 
 @dataclass
@@ -332,8 +330,7 @@ class SnowflakeServerFactory:
     def smethod_args(self) -> dict[str, str]:
         return {}
 
-    async def listen(self, host: str, port: int,
-                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+    async def listen(self, host: str, port: int, handoff: Handoff) -> Listening:
         async def to_tor(inner: Streams, client_ip: str) -> None:
             await handoff(inner, _client_addr(client_ip))
         return await listen(SnowflakeBridge(self.config, to_tor), host, port, self.ssl_context)
