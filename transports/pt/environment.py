@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .escaping import EscapeError, partition_escaped, split_escaped, unescape
+
 SUPPORTED_VERSION = "1"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -198,50 +200,28 @@ def parse_bindaddrs(raw: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def split_escaped(s: str, sep: str) -> list[str]:
-    """Split at every `sep` not preceded by an escaping backslash; keep escapes."""
-    parts, cur, i = [], [], 0
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\":
-            if i + 1 >= len(s):
-                raise PTEnvError(f"dangling backslash in {s!r}")
-            cur.append(s[i:i + 2])
-            i += 2
-            continue
-        if ch == sep:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
-
-
-def unescape(s: str) -> str:
-    """Drop the backslash of every ``\\x`` pair (``\\\\`` → ``\\``)."""
-    return re.sub(r"\\(.)", r"\1", s, flags=re.DOTALL)
-
-
 def parse_server_options(raw: str) -> dict[str, dict[str, str]]:
     """``name:k=v;name:k2=v2`` → {name: {k: v, k2: v2}}.
 
-    Tor escapes ``:``, ``;`` and ``\\`` inside keys and values with a backslash;
-    ``=`` is not escaped, so the first unescaped ``=`` ends the key.
+    Tor escapes ``:``, ``;`` and ``\\`` inside keys and values with a backslash
+    (:data:`~.escaping.SERVER_OPTIONS`); ``=`` is not escaped, so the first
+    unescaped ``=`` ends the key.
     """
     out: dict[str, dict[str, str]] = {}
-    for item in split_escaped(raw, ";"):
+    try:
+        items = split_escaped(raw, ";")
+    except EscapeError as exc:
+        raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: {exc}") from None
+    for item in items:
         if not item:
             continue
-        name_part, *rest = split_escaped(item, ":")
-        if not rest:
+        name, colon, kv = partition_escaped(item, ":")
+        if not colon:
             raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: no ':' in {item!r}")
-        kv = ":".join(rest)
-        key, *val = split_escaped(kv, "=")
-        if not val or not key:
+        key, equals, value = partition_escaped(kv, "=")
+        if not equals or not key:
             raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: no key=value in {item!r}")
-        out.setdefault(unescape(name_part), {})[unescape(key)] = unescape("=".join(val))
+        out.setdefault(unescape(name), {})[unescape(key)] = unescape(value)
     return out
 
 
