@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.conjure.station",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--phantoms", required=True, help="comma-separated phantom subnets")
     p.add_argument("--generation", type=int, default=1)
     p.add_argument("--listen", required=True, help="HOST:PORT for DNATed connections (IPv4)")

@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.meek.server",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT for the HTTP(S) server")
     p.add_argument("--dest", required=True, help="HOST:PORT each session connects to")
     p.add_argument("--cert", help="TLS certificate (PEM); without it, plain HTTP (behind a CDN)")

@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.snowflake.server",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT for the WebSocket server")
     p.add_argument("--dest", required=True, help="HOST:PORT every stream is connected to")
     p.add_argument("--cert", help="TLS certificate (PEM); without it, plain ws://")
