@@ -54,14 +54,14 @@ def parse_method(line: str) -> dict | None:
     if parts[0] == "CMETHOD" and len(parts) >= 4:
         return {"kind": "client", "transport": parts[1], "proto": parts[2], "addr": parts[3]}
     if parts[0] == "SMETHOD" and len(parts) >= 3:
-        info = {"kind": "server", "transport": parts[1], "addr": parts[2], "args": {}}
+        args: dict[str, str] = {}
         for p in parts[3:]:
             if p.startswith("ARGS:"):
                 try:
-                    info["args"].update(parse_smethod_args(p[5:]))
+                    args.update(parse_smethod_args(p[5:]))
                 except EscapeError:
                     return None
-        return info
+        return {"kind": "server", "transport": parts[1], "addr": parts[2], "args": args}
     return None
 
 
