@@ -93,7 +93,7 @@ class Station:
     destination: Callable[[asyncio.StreamWriter], tuple[str, int]] = \
         lambda w: original_destination(w.get_extra_info("socket"))
     stats: StationStats = field(default_factory=StationStats)
-    events: Callable[..., None] = lambda *a, **k: None
+    events: Callable[..., object] = lambda *a, **k: None  # what it returns is not used
     private_key: bytes | None = None  # the station's X25519 key (prefix tags)
     obfs4_replay: ReplayFilter = field(default_factory=ReplayFilter)
 
@@ -190,7 +190,7 @@ class Station:
         if found is None or found is NEED_MORE:
             self.stats.discarded_bytes += len(head)
             return None
-        reg, consumed = found  # type: ignore[misc]
+        reg, consumed = found
         return reg, head[consumed:]
 
     async def _proxy(self, reg: Registration, early: bytes, reader: asyncio.StreamReader,

@@ -45,6 +45,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiohttp import web
 
@@ -307,7 +308,9 @@ class MeekServer:
                 return
 
     async def _turnaround(self, session: Session, body: bytes) -> bytes:
-        transport = session.writer.transport
+        # The upstream is a connection, whose transport reads as well as writes (a
+        # cast, not isinstance: uvloop's transports are no asyncio.Transport).
+        transport = cast(asyncio.Transport, session.writer.transport)
         transport.resume_reading()  # see the module docstring: no read-ahead between polls
         try:
             if body:

@@ -20,6 +20,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from .escaping import EscapeError, partition_escaped, split_escaped, unescape
 
@@ -98,6 +99,16 @@ class ServerConfig:
     outbound_bind_v6: str | None = None
 
 
+class _Common(TypedDict):
+    """The fields :class:`ClientConfig` and :class:`ServerConfig` share, parsed once."""
+
+    version: str
+    state_location: Path
+    exit_on_stdin_close: bool
+    outbound_bind_v4: str | None
+    outbound_bind_v6: str | None
+
+
 def check_version(env: Mapping[str, str]) -> str:
     """The protocol version to announce, or raise (ENV-/VERSION-ERROR)."""
     raw = env.get("TOR_PT_MANAGED_TRANSPORT_VER")
@@ -114,7 +125,7 @@ def parse(env: Mapping[str, str]) -> ClientConfig | ServerConfig:
     state = env.get("TOR_PT_STATE_LOCATION")
     if not state:
         raise PTEnvError("no TOR_PT_STATE_LOCATION environment variable")
-    common = {
+    common: _Common = {
         "version": version,
         "state_location": Path(state),
         "exit_on_stdin_close": env.get("TOR_PT_EXIT_ON_STDIN_CLOSE") == "1",
@@ -132,7 +143,7 @@ def parse(env: Mapping[str, str]) -> ClientConfig | ServerConfig:
     raise PTEnvError("neither TOR_PT_CLIENT_TRANSPORTS nor TOR_PT_SERVER_TRANSPORTS set")
 
 
-def _server(env: Mapping[str, str], names: list[str], common: dict) -> ServerConfig:
+def _server(env: Mapping[str, str], names: list[str], common: _Common) -> ServerConfig:
     ext_raw = env.get("TOR_PT_EXTENDED_SERVER_PORT", "")
     or_raw = env.get("TOR_PT_ORPORT", "")
     # The spec says an empty TOR_PT_EXTENDED_SERVER_PORT means "no Extended ORPort".

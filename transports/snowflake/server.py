@@ -148,7 +148,7 @@ class SnowflakeBridge:
         self._expiry: asyncio.Task[None] | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         # Called with (session, proxy address) when a WebSocket has sent its preamble.
-        self.on_attach: Callable[[ClientSession, str], None] | None = None
+        self.on_attach: Callable[[ClientSession, str], object] | None = None
 
     # -- lifecycle ----------------------------------------------------------
     async def _start_expiry(self, _app: web.Application) -> None:
