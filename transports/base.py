@@ -21,19 +21,20 @@ transport is written against these types and nothing is guessed at run time:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Role = Literal["client", "server"]
 BOTH_ROLES: frozenset[Role] = frozenset({"client", "server"})
 
-Handoff = Callable[[Streams, str], Awaitable[None]]
+Handoff = Callable[[Streams, str], Coroutine[Any, Any, None]]
 """What a listening server calls with each inner stream and the client's
-``host:port`` (tor's Extended ORPort wants it for its statistics)."""
+``host:port`` (tor's Extended ORPort wants it for its statistics). An async
+function: the server runs each hand-off as a task of its own."""
 
 
 class ClientFactory(Protocol):

@@ -25,7 +25,7 @@ from .pt import socks5
 
 
 def _emit(component: str, event: str, **fields: object) -> None:
-    EventLog(component).emit(event, **fields)
+    EventLog(component).emit_fields(event, fields)
 
 
 async def run_client(args: argparse.Namespace, stop: asyncio.Event) -> None:

@@ -32,9 +32,10 @@ from urllib.parse import urlsplit
 
 from netns.nsenter import NETNS_DIR, enter_namespace
 from ptcommon.events import EventLog
-from transports.snowflake.proxy import ProxyConfig, SnowflakeProxy
+from transports.snowflake.proxy import SnowflakeProxy
 from transports.snowflake.proxy_cli import config_from_args
 from transports.snowflake.proxy_cli import parse_args as proxy_args
+from transports.snowflake.proxyconfig import ProxyConfig
 from transports.snowflake.udpports import PortRange, loop_factory
 
 log = logging.getLogger("snowflake-proxy")

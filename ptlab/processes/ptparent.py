@@ -22,10 +22,8 @@ import time
 from pathlib import Path
 
 from ptcommon.events import EventLog
-
-
-def _escape_option(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(":", "\\:").replace(";", "\\;")
+from transports.pt.escaping import SERVER_OPTIONS, EscapeError, escape
+from transports.pt.messages import parse_smethod_args
 
 
 def pt_environment(args: argparse.Namespace) -> dict[str, str]:
@@ -43,43 +41,28 @@ def pt_environment(args: argparse.Namespace) -> dict[str, str]:
         env["TOR_PT_ORPORT"] = args.orport
         if args.option:
             env["TOR_PT_SERVER_TRANSPORT_OPTIONS"] = ";".join(
-                f"{args.transport}:{_escape_option(o)}" for o in args.option)
+                f"{args.transport}:{escape(o, SERVER_OPTIONS)}" for o in args.option)
     return env
 
 
 def parse_method(line: str) -> dict | None:
-    """A CMETHOD/SMETHOD line as a dict, or None for other lines."""
+    """A CMETHOD/SMETHOD line as a dict, or None for other lines (and for an
+    SMETHOD whose ARGS end in a lone backslash, which no PT writes)."""
     parts = line.split()
     if not parts:
         return None
     if parts[0] == "CMETHOD" and len(parts) >= 4:
         return {"kind": "client", "transport": parts[1], "proto": parts[2], "addr": parts[3]}
     if parts[0] == "SMETHOD" and len(parts) >= 3:
-        info = {"kind": "server", "transport": parts[1], "addr": parts[2], "args": {}}
+        args: dict[str, str] = {}
         for p in parts[3:]:
             if p.startswith("ARGS:"):
-                for kv in _split_unescaped(p[5:], ","):
-                    k, _, v = kv.partition("=")
-                    info["args"][k] = v.replace("\\,", ",").replace("\\=", "=")
-        return info
+                try:
+                    args.update(parse_smethod_args(p[5:]))
+                except EscapeError:
+                    return None
+        return {"kind": "server", "transport": parts[1], "addr": parts[2], "args": args}
     return None
-
-
-def _split_unescaped(s: str, sep: str) -> list[str]:
-    out, cur, esc = [], [], False
-    for ch in s:
-        if esc:
-            cur.append("\\" + ch)
-            esc = False
-        elif ch == "\\":
-            esc = True
-        elif ch == sep:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [x for x in out if x]
 
 
 def main(argv: list[str] | None = None) -> int:

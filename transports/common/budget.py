@@ -69,7 +69,7 @@ class QuietErrors:
     in one line (no traceback), at most once per ``interval_s`` for each kind, with
     a count of the ones it suppressed; anything else goes to the default handler."""
 
-    def __init__(self, log: Callable[[str], None], interval_s: float = 1.0,
+    def __init__(self, log: Callable[[str], object], interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.interval_s, self.clock = log, interval_s, clock
         self._last: dict[str, float] = {}

@@ -111,7 +111,7 @@ class HashDrbg:
         """The next ``count`` length masks at once (the framing hot path's batch form)."""
         update, digest = self._sip.update, self._sip.digest
         block = self._block
-        masks = []
+        masks: list[int] = []
         append = masks.append
         for _ in range(count):
             update(block)

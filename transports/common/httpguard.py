@@ -224,7 +224,7 @@ class HttpGuard:
         timer.cancel()
         src = self.source.get(handler)
         mine = self.waiting_from.get(src) if src else None
-        if mine is not None:
+        if src and mine is not None:
             mine.pop(handler, None)
             if not mine:
                 del self.waiting_from[src]
@@ -359,6 +359,7 @@ async def serve(app: web.Application, host: str | None, port: int,
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            keepalive_timeout=guard.limits.keepalive_s)
     await runner.setup()
+    assert runner.server is not None  # setup() made it
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(guard.factory(runner.server), host, port,

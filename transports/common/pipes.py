@@ -14,7 +14,7 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+from transports.base import Streams
 
 _running: set[asyncio.Task[Any]] = set()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from transports.base import Streams
+
 CHUNK = 65536
 
 
@@ -25,8 +27,7 @@ async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> int:
     return total
 
 
-async def relay(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> tuple[int, int]:
+async def relay(a: Streams, b: Streams) -> tuple[int, int]:
     """Pipe a<->b; return (bytes a→b, bytes b→a). Closes both writers."""
     try:
         up, down = await asyncio.gather(_copy(a[0], b[1]), _copy(b[0], a[1]))

@@ -27,7 +27,7 @@ import itertools
 import random
 import struct
 import termios
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .budget import unauthenticated_cap
@@ -50,6 +50,25 @@ class ServerPolicy:
     # Derived from the descriptor budget when the policy is made (transports/common/budget.py).
     max_unauthenticated: int = field(default_factory=unauthenticated_cap)
 
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ServerPolicy:
+        """The policy a server's options ask for, the defaults for those they leave out.
+
+        The keys are ptlab's own (``handshake-timeout``, ``unauth-timeout``,
+        ``unauth-jitter`` in seconds, ``max-unauthenticated``); obfs4proxy ignores
+        unknown options, so a bridge line may carry them to either server. A value
+        that is no number raises ValueError.
+        """
+        policy = cls()
+        for key, attr in (("handshake-timeout", "handshake_timeout_s"),
+                          ("unauth-timeout", "unauth_timeout_s"),
+                          ("unauth-jitter", "unauth_jitter_s")):
+            if key in options:
+                setattr(policy, attr, float(options[key]))
+        if "max-unauthenticated" in options:
+            policy.max_unauthenticated = int(options["max-unauthenticated"])
+        return policy
+
 
 class Gatekeeper:
     """The unauthenticated pool and the silence, for one server.
@@ -64,7 +83,8 @@ class Gatekeeper:
         self._pending: _Tier = collections.OrderedDict()
         self._examined: _Tier = collections.OrderedDict()
         self._silent: _Tier = collections.OrderedDict()
-        self.evicted = collections.Counter()  # by tier: who a full pool displaced
+        # By tier: who a full pool displaced.
+        self.evicted: collections.Counter[str] = collections.Counter()
 
     @property
     def unauthenticated(self) -> dict[int, asyncio.StreamWriter]:

@@ -22,11 +22,10 @@ import asyncio
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 
-from transports.base import Streams, Transport, TransportError
+from transports.base import Streams, TransportError
 from transports.common.fronting import FrontingError, fronted
 from transports.common.httpbody import read_limited
 from transports.obfs4.transport import Obfs4ClientFactory
@@ -152,18 +151,3 @@ class ConjureClientFactory:
         else:
             writer.write(min_tag(secret))
         return reader, writer
-
-
-@dataclass(frozen=True)
-class Conjure(Transport):
-    """Client only: the server side is the station
-    (``python -m transports.conjure.station``), which no PT server runs."""
-
-    roles = frozenset({"client"})
-
-    def client_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> ConjureClientFactory:
-        return ConjureClientFactory(ConjureArgs.parse(args))
-
-
-TRANSPORT = Conjure("conjure")

@@ -32,6 +32,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -53,6 +54,9 @@ from .phantom import (
 )
 from .wrapping import PREFIXES
 
+if TYPE_CHECKING:
+    from google.protobuf import any_pb2
+
 SECRET_LENGTH = 32
 UNUSED_TIMEOUT_S = 600.0
 ACTIVE_TIMEOUT_S = 6 * 3600.0
@@ -65,6 +69,16 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 class RegistrationError(ValueError):
     """A registration the station refuses; the message says why."""
+
+
+class _WithTransportParams(Protocol):
+    """What :meth:`Registry._params` reads of a ``ClientToStation``, whose class
+    :mod:`.signalling` builds from a descriptor at run time (so no type states it)."""
+
+    @property
+    def transport_params(self) -> any_pb2.Any: ...
+
+    def HasField(self, field_name: str) -> bool: ...
 
 
 def new_secret() -> bytes:
@@ -202,9 +216,9 @@ class Registry:
         return reg
 
     @staticmethod
-    def _params(c2s: object, transport: str) -> tuple[bool, int]:
-        any_msg = c2s.transport_params  # type: ignore[attr-defined]
-        if not c2s.HasField("transport_params"):  # type: ignore[attr-defined]
+    def _params(c2s: _WithTransportParams, transport: str) -> tuple[bool, int]:
+        any_msg = c2s.transport_params
+        if not c2s.HasField("transport_params"):
             return False, 0
         cls = sig.PrefixTransportParams if transport == "prefix" else sig.GenericTransportParams
         params = cls()

@@ -35,7 +35,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
-from transports.base import TransportError
+from transports.base import Streams, TransportError
 from transports.common.hostport import split_hostport
 from transports.common.relay import relay
 from transports.common.replayfilter import ReplayFilter
@@ -48,7 +48,6 @@ from .wrapping import NEED_MORE, identify
 
 log = logging.getLogger("conjure-station")
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 LIVENESS_TIMEOUT_S = 0.75
 LIVENESS_PROBES = 4
 DEADLINE_S = (5.0, 10.0)
@@ -94,7 +93,7 @@ class Station:
     destination: Callable[[asyncio.StreamWriter], tuple[str, int]] = \
         lambda w: original_destination(w.get_extra_info("socket"))
     stats: StationStats = field(default_factory=StationStats)
-    events: Callable[..., None] = lambda *a, **k: None
+    events: Callable[..., object] = lambda *a, **k: None  # what it returns is not used
     private_key: bytes | None = None  # the station's X25519 key (prefix tags)
     obfs4_replay: ReplayFilter = field(default_factory=ReplayFilter)
 
@@ -191,7 +190,7 @@ class Station:
         if found is None or found is NEED_MORE:
             self.stats.discarded_bytes += len(head)
             return None
-        reg, consumed = found  # type: ignore[misc]
+        reg, consumed = found
         return reg, head[consumed:]
 
     async def _proxy(self, reg: Registration, early: bytes, reader: asyncio.StreamReader,
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.conjure.station",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--phantoms", required=True, help="comma-separated phantom subnets")
     p.add_argument("--generation", type=int, default=1)
     p.add_argument("--listen", required=True, help="HOST:PORT for DNATed connections (IPv4)")

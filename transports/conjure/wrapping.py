@@ -22,11 +22,12 @@ this phantom, then obfs4's own server takes the connection over.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol, TypeVar
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from nacl.bindings import crypto_scalarmult
@@ -102,11 +103,21 @@ class Candidate(Protocol):
     obfs4_key: ServerKey | None
 
 
-NEED_MORE = object()
+C = TypeVar("C", bound=Candidate)
 
 
-def identify(candidates: Sequence[Candidate], head: bytes,
-             station_private: bytes | None = None) -> tuple[Candidate, int] | None | object:
+class NeedMore(enum.Enum):
+    """:func:`identify`'s third answer, beside a match and None: an enum of one
+    member, so a type checker tells it from the other two."""
+
+    NEED_MORE = "need more"
+
+
+NEED_MORE: Final = NeedMore.NEED_MORE
+
+
+def identify(candidates: Sequence[C], head: bytes,
+             station_private: bytes | None = None) -> tuple[C, int] | NeedMore | None:
     """The registration ``head`` opens with and how many bytes its prefix and tag
     took; None when no registration can match; :data:`NEED_MORE` while too few
     bytes arrived to tell."""

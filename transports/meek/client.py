@@ -33,23 +33,20 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.abc
 
-from transports.base import (
-    BOTH_ROLES,
-    ListeningServerFactory,
-    Streams,
-    Transport,
-    TransportError,
-)
+from transports.base import Streams, TransportError
 from transports.common.fronting import FrontingError, fronted
 from transports.common.httpbody import read_limited
 from transports.common.pipes import spawn, stream_pair
+
+if TYPE_CHECKING:  # types only: ResolveResult is newer than our aiohttp floor (3.9)
+    from aiohttp.abc import ResolveResult
+    from curl_cffi.requests import AsyncSession, Response
 
 MAX_PAYLOAD = 0x10000
 INIT_POLL_S, MAX_POLL_S, POLL_MULTIPLIER = 0.100, 5.0, 1.5
@@ -104,7 +101,8 @@ class _StaticResolver(aiohttp.abc.AbstractResolver):
         self.pinned = dict(pinned)
         self.fallback = aiohttp.ThreadedResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> Any:
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         if host in self.pinned:
             addr = self.pinned[host]
             fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -158,9 +156,9 @@ class CurlRoundTripper:
             port = urlsplit(args.url).port or 443
             options[CurlOpt.RESOLVE] = [f"{h}:{port}:{a}" for h, a in resolve.items()]
         try:
-            self.http = AsyncSession(impersonate=args.tls, verify=verify, timeout=60,
-                                     max_clients=1, allow_redirects=False,
-                                     curl_options=options or None)
+            self.http: AsyncSession[Response] = AsyncSession(
+                impersonate=args.tls, verify=verify, timeout=60, max_clients=1,
+                allow_redirects=False, curl_options=options or None)
         except Exception as exc:  # noqa: BLE001 - curl_cffi names a bad profile its own way
             raise TransportError(f"meek: unknown tls profile {args.tls!r}: {exc}") from None
 
@@ -305,28 +303,3 @@ class MeekClientFactory:
 
         spawn(run())
         return inner
-
-
-@dataclass(frozen=True)
-class Meek(Transport):
-    """Registered as ``meek`` and ``meek_lite`` (the name obfs4proxy's bridge lines use)."""
-
-    roles = BOTH_ROLES
-
-    def client_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> MeekClientFactory:
-        return MeekClientFactory(MeekArgs.parse(args))
-
-    def server_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> ListeningServerFactory:
-        from .server import MeekServerFactory, config_from_options
-
-        try:
-            cfg, tls = config_from_options(dict(args))
-        except (ValueError, OSError, ssl.SSLError) as exc:
-            raise TransportError(str(exc)) from None
-        return MeekServerFactory(cfg, tls)
-
-
-MEEK = Meek("meek")
-MEEK_LITE = Meek("meek_lite")

@@ -45,10 +45,12 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
+from transports.base import Handoff, Streams
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
@@ -74,7 +76,6 @@ MIN_SESSION_ID, MAX_SESSION_ID = 8, 128
 DECOY_TEXT = "I\u2019m just a happy little web server.\n"
 TRANSPORT_NAME = "meek"
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Dial = Callable[[str], Awaitable[Streams]]  # client address "IP:1" -> upstream streams
 
 
@@ -307,7 +308,9 @@ class MeekServer:
                 return
 
     async def _turnaround(self, session: Session, body: bytes) -> bytes:
-        transport = session.writer.transport
+        # The upstream is a connection, whose transport reads as well as writes (a
+        # cast, not isinstance: uvloop's transports are no asyncio.Transport).
+        transport = cast(asyncio.Transport, session.writer.transport)
         transport.resume_reading()  # see the module docstring: no read-ahead between polls
         try:
             if body:
@@ -335,7 +338,7 @@ def dial_tcp(host: str, port: int) -> Dial:
     return dial
 
 
-def dial_through_handoff(handoff: Callable[[Streams, str], Awaitable[None]]) -> Dial:
+def dial_through_handoff(handoff: Handoff) -> Dial:
     """A dial function that hands one end of a socket pair to ``handoff`` (managed
     mode's relay to tor's Extended ORPort) and keeps the other for the session."""
     async def dial(client_addr: str) -> Streams:
@@ -400,8 +403,7 @@ class MeekServerFactory:
     def smethod_args(self) -> dict[str, str]:
         return {}
 
-    async def listen(self, host: str, port: int,
-                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+    async def listen(self, host: str, port: int, handoff: Handoff) -> Listening:
         return await listen(MeekServer(self.config, dial_through_handoff(handoff)), host, port,
                             self.ssl_context)
 
@@ -430,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.meek.server",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT for the HTTP(S) server")
     p.add_argument("--dest", required=True, help="HOST:PORT each session connects to")
     p.add_argument("--cert", help="TLS certificate (PEM); without it, plain HTTP (behind a CDN)")

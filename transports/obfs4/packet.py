@@ -25,6 +25,7 @@ long is sent if ``p > 21`` (frame + packet header), else two frames, one full
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Final
 
 from transports.common.drbg import SEED_LENGTH
@@ -294,6 +295,7 @@ class PacketDecoder:
         seeds: list[bytes] = []
         step = MAXIMUM_SEGMENT_LENGTH
         for first, first_end, count in runs:
+            frames: Iterable[tuple[int, int]]
             if count > 1:
                 last = first + (count - 1) * step
                 if (block[first:last + 1:step] == _PAYLOAD_TYPE * count

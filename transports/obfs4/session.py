@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
+from ..base import Streams
 from ..common.probdist import WeightedDist, iat_seed
 from .framing import MAXIMUM_SEGMENT_LENGTH, Decoder, Encoder, FramingError
 from .packet import PacketDecoder, PacketEncoder, burst_pad_length
@@ -99,7 +102,7 @@ class Obfs4Transport(asyncio.Transport):
             return
         self._p.send(data)
 
-    def writelines(self, list_of_data) -> None:  # type: ignore[override]
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         self.write(b"".join(list_of_data))
 
     def can_write_eof(self) -> bool:
@@ -361,19 +364,24 @@ class Obfs4Protocol(asyncio.BufferedProtocol):
 
 def attach(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover: bytes,
            encoder: Encoder, decoder: Decoder, shaping: Shaping,
-           is_server: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+           is_server: bool) -> Streams:
     """Switch a handshaken TCP connection over to an obfs4 session; return its streams.
 
     Must be called with no ``await`` since the handshake's last read, so no
     byte can land in the old ``StreamReader`` unseen.
     """
-    raw = writer.transport
+    # A TCP connection's transport reads as well as writes (a cast, not isinstance:
+    # uvloop's transports are no asyncio.Transport).
+    raw = cast(asyncio.Transport, writer.transport)
     proto = Obfs4Protocol(raw, encoder, decoder, shaping, is_server)
     # The handshake's StreamWriter closes the socket when garbage-collected
     # (StreamWriter.__del__): the session keeps it for as long as it lives.
     proto.handshake_writer = writer
     proto.handshake_protocol = raw.get_protocol()
-    pending = bytes(reader._buffer) if getattr(reader, "_buffer", None) else b""  # noqa: SLF001
+    # What the handshake's reader already holds (StreamReader keeps it in a private
+    # buffer, read here once since nothing will read that reader again).
+    buffered = getattr(reader, "_buffer", None)
+    pending = bytes(buffered) if buffered else b""
     raw.set_protocol(proto)
     raw.set_write_buffer_limits(high=WRITE_HIGH_WATER)
     if not raw.is_reading():

@@ -218,7 +218,7 @@ class Obfs4ServerFactory:
         self.clock = clock
         self.replay = ReplayFilter()
         self.gate = Gatekeeper(self.policy)
-        self.failures = collections.Counter()
+        self.failures: collections.Counter[str] = collections.Counter()
         self.state: ServerState | None = None
 
     def smethod_args(self) -> dict[str, str]:
@@ -271,8 +271,9 @@ class Obfs4ServerFactory:
 
 
 class Obfs4(Transport):
-    roles = BOTH_ROLES
     """obfs4, registered as ``obfs4``."""
+
+    roles = BOTH_ROLES
 
     def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
         try:
@@ -296,25 +297,13 @@ class Obfs4(Transport):
         identity = Keypair(state.identity_private,
                            public_key_from_private(state.identity_private))
         try:
-            policy = server_policy(args)
+            policy = ServerPolicy.from_options(args)
         except ValueError as exc:
             raise TransportError(f"obfs4 server options: {exc}") from None
         factory = Obfs4ServerFactory([ServerKey(state.node_id, identity)], state.drbg_seed,
                                      state.iat_mode, policy)
         factory.state = state
         return factory
-
-
-def server_policy(args: Mapping[str, str]) -> ServerPolicy:
-    """Timers from server options (ptlab-only keys; obfs4proxy ignores unknown ones)."""
-    pol = ServerPolicy()
-    for key, attr in (("unauth-timeout", "unauth_timeout_s"), ("unauth-jitter", "unauth_jitter_s"),
-                      ("handshake-timeout", "handshake_timeout_s")):
-        if key in args:
-            setattr(pol, attr, float(args[key]))
-    if "max-unauthenticated" in args:
-        pol.max_unauthenticated = int(args["max-unauthenticated"])
-    return pol
 
 
 TRANSPORT = Obfs4("obfs4")

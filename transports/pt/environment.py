@@ -20,6 +20,9 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
+
+from .escaping import EscapeError, partition_escaped, split_escaped, unescape
 
 SUPPORTED_VERSION = "1"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -96,6 +99,16 @@ class ServerConfig:
     outbound_bind_v6: str | None = None
 
 
+class _Common(TypedDict):
+    """The fields :class:`ClientConfig` and :class:`ServerConfig` share, parsed once."""
+
+    version: str
+    state_location: Path
+    exit_on_stdin_close: bool
+    outbound_bind_v4: str | None
+    outbound_bind_v6: str | None
+
+
 def check_version(env: Mapping[str, str]) -> str:
     """The protocol version to announce, or raise (ENV-/VERSION-ERROR)."""
     raw = env.get("TOR_PT_MANAGED_TRANSPORT_VER")
@@ -112,7 +125,7 @@ def parse(env: Mapping[str, str]) -> ClientConfig | ServerConfig:
     state = env.get("TOR_PT_STATE_LOCATION")
     if not state:
         raise PTEnvError("no TOR_PT_STATE_LOCATION environment variable")
-    common = {
+    common: _Common = {
         "version": version,
         "state_location": Path(state),
         "exit_on_stdin_close": env.get("TOR_PT_EXIT_ON_STDIN_CLOSE") == "1",
@@ -130,7 +143,7 @@ def parse(env: Mapping[str, str]) -> ClientConfig | ServerConfig:
     raise PTEnvError("neither TOR_PT_CLIENT_TRANSPORTS nor TOR_PT_SERVER_TRANSPORTS set")
 
 
-def _server(env: Mapping[str, str], names: list[str], common: dict) -> ServerConfig:
+def _server(env: Mapping[str, str], names: list[str], common: _Common) -> ServerConfig:
     ext_raw = env.get("TOR_PT_EXTENDED_SERVER_PORT", "")
     or_raw = env.get("TOR_PT_ORPORT", "")
     # The spec says an empty TOR_PT_EXTENDED_SERVER_PORT means "no Extended ORPort".
@@ -198,50 +211,28 @@ def parse_bindaddrs(raw: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def split_escaped(s: str, sep: str) -> list[str]:
-    """Split at every `sep` not preceded by an escaping backslash; keep escapes."""
-    parts, cur, i = [], [], 0
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\":
-            if i + 1 >= len(s):
-                raise PTEnvError(f"dangling backslash in {s!r}")
-            cur.append(s[i:i + 2])
-            i += 2
-            continue
-        if ch == sep:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
-
-
-def unescape(s: str) -> str:
-    """Drop the backslash of every ``\\x`` pair (``\\\\`` → ``\\``)."""
-    return re.sub(r"\\(.)", r"\1", s, flags=re.DOTALL)
-
-
 def parse_server_options(raw: str) -> dict[str, dict[str, str]]:
     """``name:k=v;name:k2=v2`` → {name: {k: v, k2: v2}}.
 
-    Tor escapes ``:``, ``;`` and ``\\`` inside keys and values with a backslash;
-    ``=`` is not escaped, so the first unescaped ``=`` ends the key.
+    Tor escapes ``:``, ``;`` and ``\\`` inside keys and values with a backslash
+    (:data:`~.escaping.SERVER_OPTIONS`); ``=`` is not escaped, so the first
+    unescaped ``=`` ends the key.
     """
     out: dict[str, dict[str, str]] = {}
-    for item in split_escaped(raw, ";"):
+    try:
+        items = split_escaped(raw, ";")
+    except EscapeError as exc:
+        raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: {exc}") from None
+    for item in items:
         if not item:
             continue
-        name_part, *rest = split_escaped(item, ":")
-        if not rest:
+        name, colon, kv = partition_escaped(item, ":")
+        if not colon:
             raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: no ':' in {item!r}")
-        kv = ":".join(rest)
-        key, *val = split_escaped(kv, "=")
-        if not val or not key:
+        key, equals, value = partition_escaped(kv, "=")
+        if not equals or not key:
             raise PTEnvError(f"TOR_PT_SERVER_TRANSPORT_OPTIONS: no key=value in {item!r}")
-        out.setdefault(unescape(name_part), {})[unescape(key)] = unescape("=".join(val))
+        out.setdefault(unescape(name), {})[unescape(key)] = unescape(value)
     return out
 
 

@@ -21,6 +21,8 @@ import os
 import struct
 from pathlib import Path
 
+from transports.base import Streams
+
 COOKIE_HEADER = b"! Extended ORPort Auth Cookie !\x0a"
 COOKIE_LEN = 32
 NONCE_LEN = 32
@@ -31,8 +33,6 @@ AUTH_END, AUTH_SAFE_COOKIE = 0x00, 0x01
 CMD_DONE, CMD_USERADDR, CMD_TRANSPORT = 0x0000, 0x0001, 0x0002
 REPLY_OKAY, REPLY_DENY = 0x1000, 0x1001
 MAX_AUTH_TYPES = 256  # a server that never ends its list is not tor
-
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class ExtORPortError(Exception):

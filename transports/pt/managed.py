@@ -35,7 +35,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 from .. import base
@@ -139,7 +139,7 @@ class Lifetime:
                     self._idle.set()
         return tracked
 
-    async def wait(self, servers: list[Closable]) -> None:
+    async def wait(self, servers: Sequence[Closable]) -> None:
         """Block until told to stop, then stop as asked."""
         await _first(self.now.wait(), self.drain.wait())
         for s in servers:
@@ -378,6 +378,7 @@ async def run(cfg: ClientConfig | ServerConfig) -> int:
         budget = raise_nofile_limit()
         _log("notice", f"descriptor budget {budget}; at most {unauthenticated_cap(budget)} "
                        "connections may wait for a handshake")
+    servers: Sequence[Closable] | None
     if isinstance(cfg, ClientConfig):
         servers = await start_client(cfg, life)
     else:

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import TextIO
 
+from .escaping import SMETHOD_ARGS, escape, partition_escaped, split_escaped, unescape
+
 SEVERITIES = ("error", "warning", "notice", "info", "debug")
 _lock = threading.Lock()
 
@@ -94,9 +96,24 @@ def format_smethod_args(args: Mapping[str, str]) -> str:
     def esc(s: str) -> str:
         if any(c.isspace() or not (0x20 < ord(c) < 0x7F) for c in s):
             raise ValueError(f"SMETHOD ARGS must be printable ASCII without spaces: {s!r}")
-        return s.replace("\\", "\\\\").replace("=", "\\=").replace(",", "\\,")
+        return escape(s, SMETHOD_ARGS)
 
     return ",".join(f"{esc(k)}={esc(v)}" for k, v in args.items())
+
+
+def parse_smethod_args(text: str) -> dict[str, str]:
+    """The parent's side of :func:`format_smethod_args`: ``k=v,k2=v2`` → a dict.
+
+    Empty items are skipped and an item without ``=`` is a key with an empty
+    value. Raises :class:`~.escaping.EscapeError` (a ValueError) for text that
+    ends in a lone backslash, which no PT writes.
+    """
+    out: dict[str, str] = {}
+    for item in split_escaped(text, ","):
+        if item:
+            key, _, value = partition_escaped(item, "=")
+            out[unescape(key)] = unescape(value)
+    return out
 
 
 def format_smethod(name: str, host: str, port: int, args: Mapping[str, str] | None = None) -> str:

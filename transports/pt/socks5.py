@@ -19,6 +19,15 @@ import ipaddress
 import struct
 from dataclasses import dataclass, field
 
+from .escaping import (
+    SOCKS_ARGS,
+    EscapeError,
+    escape,
+    partition_escaped,
+    split_escaped,
+    unescape,
+)
+
 VERSION = 5
 AUTH_NONE, AUTH_USERPASS, AUTH_NO_ACCEPTABLE = 0x00, 0x02, 0xFF
 CMD_CONNECT = 0x01
@@ -43,30 +52,26 @@ class SocksRequest:
 
 
 def parse_pt_args(s: str) -> dict[str, str]:
-    """Parse ``k=v;k2=v2`` with backslash escapes, as the PT spec defines it."""
+    """Parse ``k=v;k2=v2`` with backslash escapes, as the PT spec defines it.
+
+    The first unescaped ``=`` ends the key, so a value may hold a bare ``=``.
+    An item without ``=``, an empty key, or a backslash that escapes nothing
+    (goptlib's "nothing following final escape") is refused.
+    """
     args: dict[str, str] = {}
     if not s:
         return args
-    key, val, cur, in_val, i = "", "", [], False, 0
-    while i <= len(s):
-        ch = s[i] if i < len(s) else ";"
-        if ch == "\\" and i + 1 < len(s):
-            cur.append(s[i + 1])
-            i += 2
-            continue
-        if ch == "=" and not in_val:
-            key, cur, in_val = "".join(cur), [], True
-        elif ch == ";":
-            if not in_val:
-                raise SocksError(f"PT argument without '=': {''.join(cur)!r}")
-            val = "".join(cur)
-            if not key:
-                raise SocksError("PT argument with an empty key")
-            args[key] = val
-            cur, in_val = [], False
-        else:
-            cur.append(ch)
-        i += 1
+    try:
+        items = split_escaped(s, ";")
+    except EscapeError as exc:
+        raise SocksError(str(exc)) from None
+    for item in items:
+        key, equals, value = partition_escaped(item, "=")
+        if not equals:
+            raise SocksError(f"PT argument without '=': {unescape(item)!r}")
+        if not key:
+            raise SocksError("PT argument with an empty key")
+        args[unescape(key)] = unescape(value)
     return args
 
 
@@ -102,10 +107,8 @@ def join_pt_args(uname: bytes, passwd: bytes) -> bytes:
 
 
 def encode_pt_args(args: dict[str, str]) -> str:
-    def esc(x: str) -> str:
-        return x.replace("\\", "\\\\").replace("=", "\\=").replace(";", "\\;")
-
-    return ";".join(f"{esc(k)}={esc(v)}" for k, v in args.items())
+    """``k=v;k2=v2`` with ``\\``, ``=`` and ``;`` escaped, as tor sends them."""
+    return ";".join(f"{escape(k, SOCKS_ARGS)}={escape(v, SOCKS_ARGS)}" for k, v in args.items())
 
 
 async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SocksRequest:

@@ -58,17 +58,19 @@ class TicketIssuer:
     _redeemed: dict[bytes, float] = field(default_factory=dict)  # tag -> expiry
 
     @classmethod
-    def load_or_create(cls, state_dir: Path | str, **kw: object) -> TicketIssuer:
+    def load_or_create(cls, state_dir: Path | str, *, clock: Callable[[], float] = time.time,
+                       lifetime_s: float = LIFETIME_S) -> TicketIssuer:
         """Keys kept in the state directory (mode 0600), so tickets outlive restarts."""
         path = Path(state_dir) / KEYS_FILE
         try:
             doc = json.loads(path.read_text())
-            return cls(bytes.fromhex(doc["aes-key"]), bytes.fromhex(doc["hmac-key"]), **kw)
+            return cls(bytes.fromhex(doc["aes-key"]), bytes.fromhex(doc["hmac-key"]),
+                       clock=clock, lifetime_s=lifetime_s)
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"unreadable ticket keys in {path}: {exc}") from None
-        issuer = cls(**kw)  # type: ignore[arg-type]
+        issuer = cls(clock=clock, lifetime_s=lifetime_s)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

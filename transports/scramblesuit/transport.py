@@ -342,12 +342,7 @@ class ScrambleSuit(Transport):
             load_or_create_secret(state_dir)
         try:
             tickets = TicketIssuer.load_or_create(state_dir)
-            policy = ServerPolicy(**{attr: float(args[key]) for key, attr in (
-                ("handshake-timeout", "handshake_timeout_s"),
-                ("unauth-timeout", "unauth_timeout_s"),
-                ("unauth-jitter", "unauth_jitter_s")) if key in args})
-            if "max-unauthenticated" in args:
-                policy.max_unauthenticated = int(args["max-unauthenticated"])
+            policy = ServerPolicy.from_options(args)
         except ValueError as exc:
             raise TransportError(f"scramblesuit server: {exc}") from None
         iat = args.get("iat-mode", "0")

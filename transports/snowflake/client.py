@@ -28,16 +28,8 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from transports.base import (
-    BOTH_ROLES,
-    ClientFactory,
-    ListeningServerFactory,
-    Streams,
-    Transport,
-    TransportError,
-)
+from transports.base import Streams, TransportError
 
 from . import messages as m
 from .carriers import SNOWFLAKE_TIMEOUT_S, DataChannelCarrier
@@ -242,21 +234,3 @@ class SnowflakeClientFactory:
         # host:port is the bridge line's placeholder address; the broker picks.
         conn = SnowflakeConnection(self.cfg)
         return await conn.open()
-
-
-@dataclass(frozen=True)
-class Snowflake(Transport):
-    name: str = "snowflake"
-    roles = BOTH_ROLES
-
-    def client_factory(self, state_dir: Path | None, args: Mapping[str, str]) -> ClientFactory:
-        return SnowflakeClientFactory(config_from_args(args))
-
-    def server_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> ListeningServerFactory:
-        from .server import server_factory_from_args
-
-        return server_factory_from_args(dict(args))
-
-
-TRANSPORT = Snowflake()

@@ -45,6 +45,9 @@ class PatientConsent(Connection):
         while True:
             await asyncio.sleep(self.consent_interval_s * (0.8 + 0.4 * random.random()))
             for pair in list(self._nominated.values()):
+                # aiortc hands aioice the remote's credentials before ICE starts, so
+                # before any pair is nominated.
+                assert self.remote_password is not None
                 request = self.build_request(pair, nominate=False)
                 try:
                     await pair.protocol.request(
@@ -63,6 +66,8 @@ class PatientConsent(Connection):
 def ice_connection(pc: Any) -> Any | None:
     """The aioice connection under ``pc``'s data channel transport, if it has one yet."""
     sctp = getattr(pc, "sctp", None)
+    if sctp is None:
+        return None
     try:
         return sctp.transport.transport.iceGatherer._connection
     except AttributeError:

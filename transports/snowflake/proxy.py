@@ -9,11 +9,12 @@ must open within 20 s, and a relay silent toward the client for 30 s ends the
 session. Sessions run concurrently, like 2.14's, up to ``capacity``, in this process
 or spread over worker processes (:mod:`.proxyworkers`).
 
-The defaults are Tor's public settings, so a volunteer can run it as is;
-tests always override them. Client addresses never reach the log unless
-``unsafe_logging`` is set. aiortc's DTLS and SDP differ from pion's (aiortc
-offers other ciphers and groups, three fingerprints, real ports in ``m=``):
-a censor can tell this proxy from Tor's (docs/lab/transports.md §3.4).
+Its settings are a :class:`~.proxyconfig.ProxyConfig` (Tor's public ones by
+default) and its counters a :class:`~.proxystats.ProxyStats`. Client addresses
+never reach the log unless ``unsafe_logging`` is set. aiortc's DTLS and SDP
+differ from pion's (aiortc offers other ciphers and groups, three
+fingerprints, real ports in ``m=``): a censor can tell this proxy from Tor's
+(docs/lab/transports.md §3.4).
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -33,67 +33,25 @@ from transports.common.httpbody import read_limited
 
 from . import messages as m
 from .datachannel import ChannelSender
-from .natprobe import TOR_PROBE_URL, probe_nat
+from .natprobe import probe_nat
+from .proxyconfig import ProxyConfig
+from .proxystats import ProxyStats
 from .relaycheck import RelayRefused, check_relay
 from .rwndshare import SharedReceiveWindow
 from .sdputil import client_ip, strip_local_candidates
 from .stunroute import routable_stun
 from .summary import summary_line
 
-if TYPE_CHECKING:
-    from .proxyworkers import SessionWorkers
-
 log = logging.getLogger("snowflake-proxy")
 
 
-@dataclass
-class ProxyConfig:
-    broker: str = "https://snowflake-broker.torproject.net/"
-    relay: str = "wss://snowflake.torproject.net/"
-    stun: list[str] = field(default_factory=lambda: ["stun:stun.l.google.com:19302"])
-    allowed_relay_pattern: str = "snowflake.torproject.net$"
-    allow_non_tls_relay: bool = False
-    allow_private_relay: bool = False
-    keep_local_addresses: bool = False
-    capacity: int = 0  # 0: unlimited
-    poll_interval_s: float = 5.0
-    # After consecutive failed polls (broker unreachable or answering errors) the
-    # wait doubles from poll_interval_s up to this, and logging thins out with it.
-    backoff_max_s: float = 300.0
-    datachannel_timeout_s: float = 20.0
-    inactivity_timeout_s: float = 30.0
-    broker_timeout_s: float = 30.0
-    nat: str = "unknown"  # until (or unless) the probe service says otherwise
-    nat_probe_url: str = TOR_PROBE_URL  # "": never probe
-    nat_retest_interval_s: float = 24 * 3600.0  # 0: probe at start only
-    nat_probe_timeout_s: float = 20.0
-    summary_interval_s: float = 3600.0  # Tor's -summary-interval; 0: no summary lines
-    proxy_type: str = "standalone"
-    unsafe_logging: bool = False
+class SessionServer(Protocol):
+    """Serves matched clients somewhere else (the worker processes of
+    :mod:`.proxyworkers`, which sit above this module and hand it in)."""
 
-
-@dataclass
-class ProxyStats:
-    connections: int = 0
-    timeouts: int = 0
-    inbound_bytes: int = 0  # from the client (data channel) toward the relay
-    outbound_bytes: int = 0  # from the relay toward the client
-    refused_relays: int = 0
-    polls: int = 0
-    broker_errors: int = 0  # failed polls (unreachable, HTTP errors, bad replies)
-    completed: int = 0  # sessions that relayed and then ended
-
-    def prometheus(self) -> str:
-        """Tor's 2.14 proxy metrics, in the Prometheus text format."""
-        rows = [("connections_total", "Connections served", self.connections),
-                ("connection_timeouts_total", "Data channels that never opened", self.timeouts),
-                ("traffic_inbound_bytes_total", "Bytes from clients", self.inbound_bytes),
-                ("traffic_outbound_bytes_total", "Bytes to clients", self.outbound_bytes)]
-        out = []
-        for name, help_, value in rows:
-            full = f"tor_snowflake_proxy_{name}"
-            out += [f"# HELP {full} {help_}", f"# TYPE {full} counter", f"{full} {value}"]
-        return "\n".join(out) + "\n"
+    async def session(self, sid: str, match: m.ProxyPollResponse) -> None:
+        """Serve one match; return when its session has ended."""
+        ...
 
 
 def new_sid() -> str:
@@ -112,7 +70,7 @@ class SnowflakeProxy:
         self._unroutable_logged: set[str] = set()  # each such STUN server logged once
         self._windows = SharedReceiveWindow()  # one receive budget for all clients
         # Worker processes that serve the sessions (.proxyworkers); None: this one does.
-        self.workers: SessionWorkers | None = None
+        self.workers: SessionServer | None = None
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"

@@ -27,7 +27,9 @@ from transports.common import eventloop
 from transports.common.budget import QuietErrors, raise_nofile_limit
 
 from .messages import NAT_TYPES
-from .proxy import ProxyConfig, SnowflakeProxy
+from .proxy import SnowflakeProxy
+from .proxyconfig import ProxyConfig
+from .proxylogging import configure_logging
 from .proxyworkers import SessionWorkers
 from .udpports import PortRange, loop_factory
 
@@ -119,10 +121,12 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 async def _run(args: argparse.Namespace) -> None:
     cfg = config_from_args(args)
     proxy = SnowflakeProxy(cfg)
+    workers = None
     if args.workers > 1:
-        proxy.workers = await SessionWorkers(cfg, args.workers, proxy.stats,
-                                             args.ephemeral_ports_range or None,
-                                             args.verbose).start()
+        workers = await SessionWorkers(cfg, args.workers, proxy.stats,
+                                       args.ephemeral_ports_range or None,
+                                       args.verbose).start()
+        proxy.workers = workers
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -151,24 +155,15 @@ async def _run(args: argparse.Namespace) -> None:
     try:
         await proxy.run(stop)
     finally:
-        if proxy.workers is not None:
-            await proxy.workers.close()
+        if workers is not None:
+            await workers.close()
         if runner is not None:
             await runner.cleanup()
 
 
-def quiet_libraries(verbose: bool) -> None:
-    """aioice and aiortc log every candidate pair at info: only with -verbose."""
-    if not verbose:
-        for noisy in ("aioice", "aiortc"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(message)s")
-    quiet_libraries(args.verbose)
+    configure_logging(args.verbose)
     ports = args.ports
     try:
         with asyncio.Runner(loop_factory=loop_factory(ports)) as runner:

@@ -26,13 +26,21 @@ import contextlib
 import dataclasses
 import json
 import logging
+import signal
 import sys
 from typing import Any
 
+import aiohttp
+
 from ptcommon import gcpolicy
+from transports.common.budget import QuietErrors, raise_nofile_limit
 
 from . import messages as m
-from .proxy import ProxyConfig, ProxyStats
+from .proxy import SnowflakeProxy
+from .proxyconfig import ProxyConfig
+from .proxylogging import configure_logging
+from .proxystats import ProxyStats
+from .udpports import PortRange, loop_factory
 
 log = logging.getLogger("snowflake-proxy")
 
@@ -181,10 +189,6 @@ def _write(msg: dict[str, Any]) -> None:
 
 
 async def _serve(config: ProxyConfig) -> None:
-    import aiohttp
-
-    from .proxy import SnowflakeProxy
-
     proxy = SnowflakeProxy(config)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
@@ -236,13 +240,6 @@ async def _serve(config: ProxyConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m transports.snowflake.proxyworkers SETUP``: one worker, as the proxy
     starts it."""
-    import signal
-
-    from transports.common.budget import QuietErrors, raise_nofile_limit
-
-    from .proxy_cli import quiet_libraries
-    from .udpports import PortRange, loop_factory
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         setup = json.loads(argv[0])
@@ -252,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    verbose = bool(setup.get("verbose"))
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(message)s")
-    quiet_libraries(verbose)
+    configure_logging(bool(setup.get("verbose")))
     fields = {f.name for f in dataclasses.fields(ProxyConfig)}
     config = ProxyConfig(**{k: v for k, v in setup["config"].items() if k in fields})
     ports = PortRange.parse(setup["ports"]) if setup.get("ports") else None

@@ -103,7 +103,8 @@ class BundlingSctp(DelayedSackSctp):
 
     async def _send_packet(self, chunks: list[bytes]) -> None:
         self.packets_sent += 1
-        await self._RTCSctpTransport__transport._send_data(bundle_packet(
+        assert self._remote_port is not None  # start() set it before any chunk went out
+        await self.transport._send_data(bundle_packet(
             self._local_port, self._remote_port, self._remote_verification_tag, chunks))
 
 

@@ -32,13 +32,14 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
 from ptcommon.events import EventLog, run_until_stopped
+from transports.base import Handoff, Streams
 from transports.common import weblisten
 from transports.common.budget import RESERVE, descriptor_budget
 from transports.common.hostport import split_hostport
@@ -71,9 +72,6 @@ log = logging.getLogger(__name__)
 PREAMBLE_TIMEOUT_S = 10.0
 MAX_MESSAGE = 32 * 1024
 TRANSPORT_NAME = "snowflake"
-
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-Handoff = Callable[[Streams, str], Awaitable[None]]
 
 
 @dataclass
@@ -150,7 +148,7 @@ class SnowflakeBridge:
         self._expiry: asyncio.Task[None] | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         # Called with (session, proxy address) when a WebSocket has sent its preamble.
-        self.on_attach: Callable[[ClientSession, str], None] | None = None
+        self.on_attach: Callable[[ClientSession, str], object] | None = None
 
     # -- lifecycle ----------------------------------------------------------
     async def _start_expiry(self, _app: web.Application) -> None:
@@ -332,8 +330,7 @@ class SnowflakeServerFactory:
     def smethod_args(self) -> dict[str, str]:
         return {}
 
-    async def listen(self, host: str, port: int,
-                     handoff: Callable[[Streams, str], Awaitable[None]]) -> Listening:
+    async def listen(self, host: str, port: int, handoff: Handoff) -> Listening:
         async def to_tor(inner: Streams, client_ip: str) -> None:
             await handoff(inner, _client_addr(client_ip))
         return await listen(SnowflakeBridge(self.config, to_tor), host, port, self.ssl_context)
@@ -406,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m transports.snowflake.server",
-                                description=main.__doc__.splitlines()[0])
+                                description=(main.__doc__ or "").partition("\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT for the WebSocket server")
     p.add_argument("--dest", required=True, help="HOST:PORT every stream is connected to")
     p.add_argument("--cert", help="TLS certificate (PEM); without it, plain ws://")

@@ -15,7 +15,7 @@ import asyncio
 import errno
 import random
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from transports.common import eventloop
 
@@ -36,7 +36,14 @@ class PortRange(NamedTuple):
         return cls(low, high)
 
 
-class PortRangeMixin:
+if TYPE_CHECKING:
+    # What the mixin is always mixed into, so that its super() call is checked.
+    _LoopBase = asyncio.AbstractEventLoop
+else:
+    _LoopBase = object
+
+
+class PortRangeMixin(_LoopBase):
     """Binds "any port" UDP endpoints inside ``self.ports``, on whichever event
     loop class it is mixed into (asyncio's or uvloop's: transports.common.eventloop)."""
 

@@ -1,4 +1,4 @@
-"""The WebTunnel client, and the transport as ``ptlab pt`` finds it.
+"""The WebTunnel client (its transport, as ``ptlab pt`` finds it, is in :mod:`.transport`).
 
 A dial connects to the url's host and port (or ``addr=``), runs TLS for an
 https url, sends the upgrade request and waits for the 101; the streams it
@@ -12,19 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from transports.base import (
-    BOTH_ROLES,
-    ListeningServerFactory,
-    Streams,
-    Transport,
-    TransportError,
-)
+from transports.base import Streams
 
 from .args import ClientArgs, ServerNameRotation
 from .httphead import MAX_HEAD_BYTES
@@ -33,7 +22,6 @@ from .upgrade import client_upgrade
 
 HANDSHAKE_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
-_MAX_ROTATIONS = 256  # bridges whose servername= position we remember
 
 
 class WebTunnelClientFactory:
@@ -76,42 +64,3 @@ class WebTunnelClientFactory:
         if a.tls:
             await start_tls(writer, self.rotation.current(), a.pin, a.verify_name, self.cafile)
         await client_upgrade(reader, writer, a.target, a.host_header, self.max_head_bytes)
-
-
-@dataclass(frozen=True)
-class WebTunnel(Transport):
-    """Registered as ``webtunnel``. Keeps each bridge line's servername= position
-    across connections (``ptlab pt`` makes a factory per SOCKS request)."""
-
-    roles = BOTH_ROLES
-    randrange: Callable[[int], int] = field(default=random.randrange, repr=False,
-                                            compare=False)
-    _rotations: OrderedDict[tuple[str, ...], ServerNameRotation] = field(
-        default_factory=OrderedDict, repr=False, compare=False)
-
-    def rotation_for(self, args: ClientArgs) -> ServerNameRotation:
-        key = (args.url, args.dial_host, str(args.dial_port), *args.server_names)
-        rotation = self._rotations.get(key)
-        if rotation is None:
-            rotation = ServerNameRotation(args.server_names, self.randrange)
-            self._rotations[key] = rotation
-            while len(self._rotations) > _MAX_ROTATIONS:
-                self._rotations.popitem(last=False)
-        return rotation
-
-    def client_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> WebTunnelClientFactory:
-        parsed = ClientArgs.parse(args)
-        return WebTunnelClientFactory(parsed, self.rotation_for(parsed))
-
-    def server_factory(self, state_dir: Path | None,
-                       args: Mapping[str, str]) -> ListeningServerFactory:
-        from .server import WebTunnelServerFactory, config_from_options
-
-        try:
-            return WebTunnelServerFactory(*config_from_options(dict(args)))
-        except ValueError as exc:
-            raise TransportError(str(exc)) from None
-
-
-TRANSPORT = WebTunnel("webtunnel")

@@ -104,7 +104,7 @@ async def read_head(reader: asyncio.StreamReader, max_bytes: int = MAX_HEAD_BYTE
 def _lines(head: bytes) -> list[str]:
     """The head's lines without their endings, up to (not including) the empty one."""
     text = head.decode("latin-1")
-    lines = []
+    lines: list[str] = []
     for raw in text.split("\n")[:-1]:  # the piece after the last LF is no line
         line = raw[:-1] if raw.endswith("\r") else raw
         if not line:

@@ -138,9 +138,12 @@ class Listening:
 async def listen(server: WebTunnelServer, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
     """Serve on ``host:port`` (port 0: any); TLS when ``ssl_context`` is given."""
-    tls_kw = {"ssl": ssl_context,
-              "ssl_handshake_timeout": server.config.handshake_timeout_s} if ssl_context else {}
-    accepting = await asyncio.start_server(server.handle, host, port, **tls_kw)
+    if ssl_context:
+        accepting = await asyncio.start_server(
+            server.handle, host, port, ssl=ssl_context,
+            ssl_handshake_timeout=server.config.handshake_timeout_s)
+    else:
+        accepting = await asyncio.start_server(server.handle, host, port)
     bound_host, bound_port = accepting.sockets[0].getsockname()[:2]
     return Listening(accepting, bound_host, bound_port)
 

@@ -157,3 +157,14 @@ def test_the_pool_never_exceeds_its_cap(cap: int) -> None:
             gate.examined(w)
         assert len(gate) == cap
         assert sum(not w.closed for w in ws) == cap
+
+
+def test_a_policy_from_server_options():
+    policy = ServerPolicy.from_options({"handshake-timeout": "5", "unauth-timeout": "7.5",
+                                        "unauth-jitter": "0", "max-unauthenticated": "12",
+                                        "iat-mode": "1"})
+    assert (policy.handshake_timeout_s, policy.unauth_timeout_s, policy.unauth_jitter_s,
+            policy.max_unauthenticated) == (5.0, 7.5, 0.0, 12)
+    assert ServerPolicy.from_options({}) == ServerPolicy()
+    with pytest.raises(ValueError):
+        ServerPolicy.from_options({"max-unauthenticated": "1.5"})

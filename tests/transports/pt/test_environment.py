@@ -89,6 +89,8 @@ def test_version_negotiation():
       "TOR_PT_SERVER_TRANSPORT_OPTIONS": "direct-k=v"}, "no ':'"),
     ({"TOR_PT_SERVER_TRANSPORTS": "direct", "TOR_PT_ORPORT": "127.0.0.1:1",
       "TOR_PT_SERVER_TRANSPORT_OPTIONS": "direct:kv"}, "no key=value"),
+    ({"TOR_PT_SERVER_TRANSPORTS": "direct", "TOR_PT_ORPORT": "127.0.0.1:1",
+      "TOR_PT_SERVER_TRANSPORT_OPTIONS": "direct:k=v\\"}, "dangling backslash"),
     ({"TOR_PT_CLIENT_TRANSPORTS": "direct", "TOR_PT_OUTBOUND_BIND_ADDRESS_V4": "::1"}, "IPv4"),
 ])
 def test_env_errors(extra, fragment):

@@ -87,6 +87,16 @@ def _parse_args(text: str) -> dict[str, str]:
 @given(st.dictionaries(_ARG, _ARG, min_size=1, max_size=4))
 def test_smethod_args_round_trip(args):
     assert _parse_args(messages.format_smethod_args(args)) == args
+    assert messages.parse_smethod_args(messages.format_smethod_args(args)) == args
+
+
+def test_parsing_smethod_args_as_a_parent():
+    assert messages.parse_smethod_args(r"cert=a\,b\=c\\,iat-mode=0") == {
+        "cert": "a,b=c\\", "iat-mode": "0"}
+    assert messages.parse_smethod_args(r"k\=ey=v=w,,flag") == {"k=ey": "v=w", "flag": ""}
+    assert messages.parse_smethod_args("") == {}
+    with pytest.raises(ValueError, match="dangling backslash"):
+        messages.parse_smethod_args("k=v\\")
 
 
 def _c_unquote(s: str) -> str:

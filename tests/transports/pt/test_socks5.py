@@ -21,6 +21,21 @@ def test_pt_args_escapes():
         socks5.parse_pt_args("novalue")
 
 
+def test_pt_args_take_a_bare_equals_sign_in_a_value_as_goptlib_does():
+    assert socks5.parse_pt_args(r"url=https://x/?a=b;k\=ey=v") == {"url": "https://x/?a=b",
+                                                                     "k=ey": "v"}
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("k=v\\", "dangling backslash"),  # goptlib: "nothing following final escape"
+    ("k=v;", "without '='"),
+    ("=v", "empty key"),
+])
+def test_malformed_pt_args_are_refused(text, fragment):
+    with pytest.raises(socks5.SocksError, match=fragment):
+        socks5.parse_pt_args(text)
+
+
 async def _serve_once():
     got = {}
 

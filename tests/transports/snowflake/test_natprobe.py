@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from transports.snowflake import messages as m
 from transports.snowflake.natprobe import ProbeService, probe_nat
-from transports.snowflake.proxy import ProxyConfig, SnowflakeProxy
+from transports.snowflake.proxy import SnowflakeProxy
+from transports.snowflake.proxyconfig import ProxyConfig
 
 
 async def serve(app: web.Application) -> TestServer:

@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from transports.snowflake import messages as m
-from transports.snowflake.proxy import ProxyConfig, ProxyStats, SnowflakeProxy
+from transports.snowflake.proxy import SnowflakeProxy
+from transports.snowflake.proxyconfig import ProxyConfig
 
 OFFER = m.encode_sdp("offer", "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n")
 
@@ -67,13 +68,6 @@ async def test_polls_are_tor_shaped_and_a_bad_relay_is_refused_without_answering
     assert polls[1]["Sid"] == polls[0]["Sid"]  # kept across "no match"
     assert polls[2]["Sid"] != polls[1]["Sid"]  # renewed after a match
     assert answers == [] and proxy.stats.refused_relays == 1
-
-
-def test_prometheus_names_follow_tor():
-    text = ProxyStats(connections=2, inbound_bytes=10).prometheus()
-    assert "tor_snowflake_proxy_connections_total 2" in text
-    assert "tor_snowflake_proxy_traffic_inbound_bytes_total 10" in text
-    assert "# TYPE tor_snowflake_proxy_connection_timeouts_total counter" in text
 
 
 async def test_the_proxy_backs_off_while_the_broker_is_down_and_recovers(caplog):

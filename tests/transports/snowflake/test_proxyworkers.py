@@ -14,7 +14,9 @@ import signal
 import pytest
 
 from transports.snowflake import messages as m
-from transports.snowflake.proxy import ProxyConfig, ProxyStats, SnowflakeProxy
+from transports.snowflake.proxy import SnowflakeProxy
+from transports.snowflake.proxyconfig import ProxyConfig
+from transports.snowflake.proxystats import ProxyStats
 from transports.snowflake.proxyworkers import SessionWorkers
 
 from .test_proxy import OFFER, scripted_broker

@@ -8,7 +8,6 @@ import pytest
 
 from transports.base import TransportError
 from transports.webtunnel.args import ClientArgs, ServerNameRotation
-from transports.webtunnel.client import WebTunnel
 
 
 def parse(**kw: str) -> ClientArgs:
@@ -123,15 +122,3 @@ def test_the_random_start_covers_the_list():
     starts = {ServerNameRotation(("a", "b", "c"), randrange=lambda n, i=i: i).current()
               for i in range(3)}
     assert starts == {"a", "b", "c"}
-
-
-def test_every_connection_of_a_bridge_shares_one_rotation():
-    transport = WebTunnel("webtunnel", randrange=lambda n: 1)
-    args = {"url": "https://b.example/p", "servername": "x.example,y.example,z.example"}
-    first = transport.client_factory(None, args)
-    assert first.rotation.current() == "y.example"
-    first.rotation.failed()
-    second = transport.client_factory(None, dict(args))
-    assert second.rotation is first.rotation and second.rotation.current() == "z.example"
-    other = transport.client_factory(None, {**args, "url": "https://c.example/p"})
-    assert other.rotation is not first.rotation

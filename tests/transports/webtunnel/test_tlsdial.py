@@ -11,8 +11,9 @@ import pytest
 
 from transports.base import TransportError
 from transports.webtunnel.args import ClientArgs
-from transports.webtunnel.client import WebTunnel, WebTunnelClientFactory
+from transports.webtunnel.client import WebTunnelClientFactory
 from transports.webtunnel.tlsdial import CertificateRejected, chain_hash, name_matches
+from transports.webtunnel.transport import WebTunnel
 from transports.webtunnel.upgrade import RESPONSE
 
 

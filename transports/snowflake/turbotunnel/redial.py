@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from transports.base import Streams
+
 from . import TOKEN, encapsulation, kcp, smux
 from .streams import as_streams
 
@@ -82,8 +84,7 @@ class TurboTunnelSession:
         except asyncio.QueueFull:
             self.stats.dropped += 1
 
-    async def open_stream(self, on_close: Callable[[], object] | None = None
-                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_stream(self, on_close: Callable[[], object] | None = None) -> Streams:
         """A new smux stream as asyncio streams (``on_close`` runs when it is done)."""
         return as_streams(await self.smux.open_stream(), on_close=on_close)
 

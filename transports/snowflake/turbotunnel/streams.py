@@ -16,6 +16,8 @@ import collections
 import contextlib
 from collections.abc import Callable
 
+from transports.base import Streams
+
 from .smux import SmuxError, Stream
 
 # Bytes a stream's transport queues before the writer waits: smux's window and
@@ -148,8 +150,7 @@ class SmuxTransport(asyncio.Transport):
 
 
 def as_streams(stream: Stream, extra: dict | None = None,
-               on_close: Callable[[], object] | None = None
-               ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+               on_close: Callable[[], object] | None = None) -> Streams:
     """Wrap an smux stream; ``extra`` answers ``get_extra_info`` (e.g. peername);
     ``on_close`` runs once the wrapped stream is finished."""
     loop = asyncio.get_running_loop()
