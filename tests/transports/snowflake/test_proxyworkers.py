@@ -92,11 +92,20 @@ async def test_a_worker_that_dies_is_replaced_and_its_counts_are_kept():
         await pool.close()
 
 
+def ignored_signals(pid: int) -> set[int]:
+    """The signals process `pid` ignores, from /proc/PID/status's SigIgn mask."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
 async def test_workers_ignore_signals_and_end_with_their_pipe():
     pool = await SessionWorkers(ProxyConfig(stun=[], nat_probe_url=""), 1,
                                 ProxyStats()).start()
     proc = pool.workers[0].proc
-    await asyncio.sleep(1.0)  # past its start
+    # Once the worker has set both signals to be ignored (the kernel's own record of
+    # it, not a guess at how long a loaded machine takes to start Python).
+    await until(lambda: ignored_signals(proc.pid) >= {signal.SIGINT, signal.SIGTERM})
     os.kill(proc.pid, signal.SIGTERM)
     os.kill(proc.pid, signal.SIGINT)
     await asyncio.sleep(0.3)
