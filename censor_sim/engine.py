@@ -294,10 +294,6 @@ class Engine:
                 del table[next(iter(table))]
         table[key] = Residual(expires)
 
-    def residual_active(self, key: ResidualKey) -> bool:
-        e = self.residual.get(key)
-        return e is not None and self.clock() < e.expires
-
     # -- policy -----------------------------------------------------------------------
 
     def _draw(self, m: Match) -> tuple[Rule | None, list[str], bool]:

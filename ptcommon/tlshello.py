@@ -37,7 +37,6 @@ class NeedMore(Exception):  # noqa: N818 - a signal, not an error
 HANDSHAKE, CLIENT_HELLO = 0x16, 0x01
 EXT_SNI, EXT_GROUPS, EXT_POINT_FORMATS, EXT_SIG_ALGS = 0, 10, 11, 13
 EXT_ALPN, EXT_SUPPORTED_VERSIONS, EXT_KEY_SHARE = 16, 43, 51
-EXT_ECH, EXT_ESNI = 0xFE0D, 0xFFCE
 MAX_HELLO = 1 << 16
 
 
@@ -162,14 +161,6 @@ class ClientHello:
         except ValueError:
             pass
         return out
-
-    @property
-    def has_ech(self) -> bool:
-        return self.ext(EXT_ECH) is not None
-
-    @property
-    def has_esni(self) -> bool:
-        return self.ext(EXT_ESNI) is not None
 
 
 def parse_client_hello_message(msg: bytes) -> ClientHello | None:

@@ -163,11 +163,6 @@ class FetClassifier:
         its tc verdict (always :data:`TC_ACT_OK`)."""
         return libbpf.test_run(self.prog_fd, frame)[0]
 
-    def time_frame(self, frame: bytes, repeat: int) -> float:
-        """Mean nanoseconds per run over ``repeat`` runs on the same frame (the
-        kernel's own timer, no system call inside)."""
-        return float(libbpf.test_run(self.prog_fd, frame, repeat)[1])
-
     def reports(self) -> list[FetReport]:
         """Every flow reported since the last call, oldest first."""
         if self._events is None:

@@ -98,12 +98,6 @@ class Investigation:
     answers_replay: bool = False
     escalated: bool = False
 
-    @property
-    def by_probe(self) -> dict[str, ProbeResult]:
-        """Results keyed by probe name (R1..R5, NR2, NR1-<len>; a repeated NR1
-        length keeps its last result)."""
-        return {r.probe: r for r in self.results}
-
     def to_json(self) -> dict[str, Any]:
         return {"stages": list(self.stages), "answers_replay": self.answers_replay,
                 "escalated": self.escalated, "results": [r.to_json() for r in self.results]}
