@@ -16,7 +16,7 @@ from importlib import metadata
 from netns.errors import LabError
 
 from .commands import censor, export, lab, learning, listing, results, run, transports, vm
-from .commands.common import die
+from .commands.common import EXIT_INTERRUPTED, die
 from .common.specfile import SpecError
 
 #: The groups in the order ``ptlab -h`` lists them.
@@ -47,13 +47,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["snowflake-proxy"]:  # Go-style single-dash flags: its own parser
         return transports.snowflake_proxy(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:  # a bare `ptlab` asks what it can do
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     try:
         return args.fn(args)
     except (LabError, SpecError) as exc:
         return die(str(exc))
     except KeyboardInterrupt:
-        return die("interrupted", 130)
+        return die("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:  # `ptlab list profiles | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

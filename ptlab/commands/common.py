@@ -18,13 +18,48 @@ if TYPE_CHECKING:
     from ..experiment.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: Exit statuses of ``ptlab run`` and ``ptlab vm run`` (docs/lab/experiments.md §5).
+#: A pipeline can tell each outcome from the others; when several happen, the
+#: first of these that applies is the status: corrupted bytes, then ERROR cells,
+#: then failed expectations.
+EXIT_OK = 0  # every cell ran, every expectation held
+EXIT_EXPECTATION = 1  # a cell's status was not the one the spec expects
+EXIT_USAGE = 2  # a mistake a person can make: a bad spec, not root, a missing tool
+EXIT_CORRUPTED = 3  # a bulk download's bytes differed from what the server sent
+EXIT_ERROR_CELL = 4  # a cell could not be measured: its status is ERROR
+EXIT_INTERRUPTED = 130
+
+#: The exit statuses as ``ptlab run -h`` and ``ptlab vm run -h`` print them.
+EXIT_HELP = """exit status:
+  0    every cell ran and every expectation held
+  1    a cell's status was not the one the spec expects ([[expect]])
+  2    a mistake to fix before running: a bad spec, not root, a missing tool or binary
+  3    a bulk download's bytes were corrupted on the way (a transport bug)
+  4    a cell could not be measured (status ERROR): the lab failed, not the transport
+  130  interrupted
+When several apply, the first of 3, 4, 1 is the status."""
 DEFAULT_SPEC = REPO / "experiments" / "default.toml"
 
 #: What each group's ``add_parser`` is handed: the top-level parser's subcommands.
 Subparsers = argparse._SubParsersAction  # argparse exposes no public name for it
 
 
-def die(msg: str, code: int = 2) -> int:
+def results_root() -> Path:
+    """Where runs go unless --results says otherwise: results/ under the directory
+    the command runs in (not the checkout's: a researcher's runs stay with their
+    work, and a shared checkout is not written to)."""
+    return Path.cwd() / "results"
+
+
+def new_run_dir(prefix: str = "") -> Path:
+    """A fresh results directory for a run: results/<prefix><timestamp>."""
+    from datetime import datetime
+
+    return results_root() / f"{prefix}{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def die(msg: str, code: int = EXIT_USAGE) -> int:
     """Say what went wrong in one line and give the exit status."""
     print(f"ptlab: {msg}", file=sys.stderr)
     return code
@@ -38,11 +73,17 @@ def term_to_exit() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+#: What ``--quick`` caps: one repetition, at most 1 MB of bulk, 3 latency samples.
+QUICK_CAPS = {"experiment.repetitions": 1, "workloads.bulk.size": 1_000_000,
+              "workloads.latency.count": 3}
+
+
 def make_quick(spec: Spec) -> None:
-    """``--quick``: one repetition, at most 1 MB of bulk and 3 latency samples."""
-    spec.repetitions = 1
-    spec.workloads.bulk_size = min(spec.workloads.bulk_size, 1_000_000)
-    spec.workloads.latency_count = min(spec.workloads.latency_count, 3)
+    """``--quick``: the spec's settings capped by :data:`QUICK_CAPS`, each change
+    recorded as the option's doing."""
+    settings = spec.settings()
+    for key, cap in QUICK_CAPS.items():
+        spec.override(key, min(settings[key], cap), "--quick")
 
 
 def load_run_spec(path: str) -> Spec:
@@ -62,3 +103,31 @@ def wide_console() -> Any:
 
     return Console(width=None if sys.stdout.isatty() else 132)
 
+
+
+def write_junit(outcome: Any, spec: Spec, path: str | None) -> None:
+    """``--junit FILE``: the run's cells as JUnit XML, one test case each."""
+    if path is None:
+        return
+    from ..output.junit import write_junit as write
+
+    write(outcome.results, spec.name, Path(path), outcome.corrupted_cells)
+
+
+def run_exit_status(outcome: Any) -> int:
+    """Say on stderr, one line each, what went wrong in a finished run, and return
+    its exit status (see EXIT_*): corrupted bytes, then ERROR cells, then failed
+    expectations."""
+    for line in outcome.integrity_failures:
+        print(f"ptlab: {line}", file=sys.stderr)
+    for line in outcome.error_cells:
+        print(f"ptlab: ERROR {line}", file=sys.stderr)
+    for line in outcome.failed_expectations:
+        print(f"ptlab: expectation failed: {line}", file=sys.stderr)
+    if outcome.integrity_failures:
+        return EXIT_CORRUPTED
+    if outcome.error_cells:
+        return EXIT_ERROR_CELL
+    if outcome.failed_expectations:
+        return EXIT_EXPECTATION
+    return EXIT_OK

@@ -77,11 +77,18 @@ def add_parser(sub: Subparsers) -> None:
     lab = sub.add_parser("lab", help="manage labs (namespaces)",
                          description="Bring the default topology up, down, or look inside.")
     lsub = lab.add_subparsers(dest="lab_command", required=True)
-    up = lsub.add_parser("up", help="bring the default topology up and return")
+    up = lsub.add_parser("up", help="bring the default topology up and return",
+                         description="Bring the default topology up as namespaces and "
+                                     "return: the lab outlives the command (its owner is "
+                                     "'detached') until 'ptlab lab down ID'.")
     up.add_argument("--id", help="lab id (default random)")
     up.add_argument("--proxies", type=int, default=2, help="number of proxy namespaces")
     up.set_defaults(fn=cmd_lab_up)
-    down = lsub.add_parser("down", help="remove orphaned labs, one lab (ID) or all (--all)")
+    down = lsub.add_parser("down", help="remove orphaned labs, one lab (ID) or all (--all)",
+                           description="Remove labs: with no argument, the orphans (labs "
+                                       "whose owner died, e.g. a killed run); with ID, that "
+                                       "lab even if its owner lives; with --all, every lab. "
+                                       "Namespaces, interfaces, processes and state go.")
     down.add_argument("id", nargs="?", help="lab id to remove even if its owner lives")
     down.add_argument("--all", action="store_true", help="remove every lab")
     down.set_defaults(fn=cmd_lab_down)
@@ -90,7 +97,10 @@ def add_parser(sub: Subparsers) -> None:
                                      "owner process and whether that owner is alive "
                                      "(an orphan is what ptlab lab down removes).")
     st.set_defaults(fn=cmd_lab_status)
-    ex = lsub.add_parser("exec", help="run a command in a lab node: lab exec NODE -- CMD")
+    ex = lsub.add_parser("exec", help="run a command in a lab node: lab exec NODE -- CMD",
+                         description="Run a command in one node's namespace of a running "
+                                     "lab, e.g. 'ptlab lab exec censor -- nft list "
+                                     "ruleset'.")
     ex.add_argument("--id", help="lab id (needed when several labs are up)")
     ex.add_argument("node", help="node role, e.g. client, censor, bridge")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")

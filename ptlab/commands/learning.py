@@ -114,7 +114,7 @@ def add_parser(sub: Subparsers) -> None:
     ds.set_defaults(fn=cmd_dataset)
 
     ev = sub.add_parser("evaluate", help="train and test flow classifiers on a dataset",
-                        description="TPR/FPR per transport with 95 %% intervals, ROC curves, "
+                        description="TPR/FPR per transport with 95 % intervals, ROC curves, "
                                     "the cross-setting (portability) drop and the base-rate "
                                     "arithmetic; writes evaluation.json and report.html.")
     ev.add_argument("dataset", help="dataset directory (from ptlab dataset)")

@@ -3,31 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from .common import Subparsers
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    """What a spec may name: transports (lab rows), censor profiles, workloads."""
-    if args.what == "transports":
+def catalogue(what: str) -> list[dict[str, Any]]:
+    """What ``ptlab list WHAT`` shows, as records: the same data for people and scripts."""
+    if what == "transports":
         from .. import plugins
 
-        names = plugins.available()
-        width = max(map(len, names))
-        for name in names:
-            print(f"{name:<{width}}  {plugins.get(name).description}")
-    elif args.what == "profiles":
+        return [{"name": n, "description": plugins.get(n).description}
+                for n in plugins.available()]
+    if what == "profiles":
         from censor_sim.profile import available, load_profile
 
+        out = []
         for name in available():
             prof = load_profile(name)
-            print(f"{name}\n    {' '.join(prof.description.split())}\n"
-                  f"    source: {' '.join(prof.source.split())}")
-    else:
-        from ..workloads import CATALOGUE
+            out.append({"name": name, "description": " ".join(prof.description.split()),
+                        "source": " ".join(prof.source.split())})
+        return out
+    from ..experiment.spec import Spec
+    from ..workloads import CATALOGUE
 
-        for name, (what, keys) in CATALOGUE.items():
-            print(f"{name:<10} {what}\n{'':<10} [workloads] {keys}")
+    defaults = Spec(path=None, name="defaults").settings()
+    return [{"name": name, "measures": what_,
+             "settings": {key: defaults[f"workloads.{key}"]
+                          for key in (k.strip() for k in keys.split(","))}}
+            for name, (what_, keys) in CATALOGUE.items()]
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """What a spec may name: transports (lab rows), censor profiles, workloads."""
+    records = catalogue(args.what)
+    if args.json:
+        print(json.dumps(records, indent=1))
+    elif args.what == "transports":
+        width = max(len(r["name"]) for r in records)
+        for r in records:
+            print(f"{r['name']:<{width}}  {r['description']}")
+    elif args.what == "profiles":
+        for r in records:
+            print(f"{r['name']}\n    {r['description']}\n    source: {r['source']}")
+    else:
+        for r in records:
+            keys = ", ".join(f"{k} (default {_value(v)})" for k, v in r["settings"].items())
+            print(f"{r['name']:<10} {r['measures']}\n{'':<10} [workloads] {keys}")
     return 0
 
 
@@ -37,4 +66,5 @@ def add_parser(sub: Subparsers) -> None:
                                     "transport rows, the censor profiles (each with the "
                                     "source it reproduces) or the workloads.")
     ls.add_argument("what", choices=("transports", "profiles", "workloads"))
+    ls.add_argument("--json", action="store_true", help="print JSON records instead")
     ls.set_defaults(fn=cmd_list)

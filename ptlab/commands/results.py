@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
-from .common import Subparsers, die
+from .common import Subparsers, die, results_root
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..output.compare import run
+    from ..output.compare import comparison_json, run
 
     if len(args.runs) < 2:
         return die("compare needs at least two results directories")
@@ -21,11 +23,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
         text, comparisons = run(dirs, Path(args.html) if args.html else None)
     except ValueError as exc:
         return die(str(exc))
-    print(text, end="")
+    if args.json:
+        print(json.dumps([comparison_json(c) for c in comparisons], indent=1, default=str))
+    else:
+        print(text, end="")
     if args.html:
         print(f"html: {args.html}")
     changed = any(c.status_changes for c in comparisons)
     return 1 if args.fail_on_change and changed else 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``ptlab runs``: the runs under a results directory, newest first."""
+    from ..output.runindex import find_runs, runs_json, runs_text, write_index
+
+    root = Path(args.root) if args.root else results_root()
+    if not root.is_dir():
+        return die(f"{root}: no such results directory")
+    runs = find_runs(root)
+    print(runs_json(runs) if args.json else runs_text(runs), end="")
+    if args.index:
+        print(f"index: {write_index(root)}", file=sys.stderr)
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -51,7 +70,18 @@ def add_parser(sub: Subparsers) -> None:
     cmp.add_argument("--html", help="also write the comparison as an HTML page here")
     cmp.add_argument("--fail-on-change", action="store_true",
                      help="exit 1 if any cell changed status (for CI)")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(fn=cmd_compare)
+
+    runs = sub.add_parser("runs", help="list the runs under a results directory",
+                          description="List every run under a results directory, newest "
+                                      "first: when it ran, its spec, its cells and how they "
+                                      "came out (k/n), and the git SHA that ran it.")
+    runs.add_argument("root", nargs="?", help="results directory (default: ./results)")
+    runs.add_argument("--json", action="store_true", help="print JSON records instead")
+    runs.add_argument("--index", action="store_true",
+                      help="also rewrite ROOT/index.html, which links every run's report")
+    runs.set_defaults(fn=cmd_runs)
 
     rep = sub.add_parser("report", help="render report.html for a results directory",
                          description="Print a run's results table and (re)write its "

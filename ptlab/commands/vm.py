@@ -12,7 +12,18 @@ from typing import Any
 
 from netns.sh import require_root, require_tools
 
-from .common import REPO, Subparsers, die, load_run_spec, make_quick, term_to_exit, wide_console
+from .common import (
+    EXIT_HELP,
+    Subparsers,
+    die,
+    load_run_spec,
+    make_quick,
+    new_run_dir,
+    run_exit_status,
+    term_to_exit,
+    wide_console,
+    write_junit,
+)
 
 
 def _progress() -> Any:
@@ -106,7 +117,7 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     check_spec(spec)
     require_root()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.results) if args.results else REPO / "results" / f"vm-{stamp}"
+    out = Path(args.results) if args.results else new_run_dir("vm-")
     console = wide_console()
     if args.split:
         require_tools("ip", "nft", "iptables", "tcpdump")
@@ -127,11 +138,8 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
     term_to_exit()
     outcome = run_experiment(spec, out, console=console, runner=runner)
     console.print(f"report: [bold]{outcome.report}[/]")
-    for f in outcome.integrity_failures:
-        print(f"ptlab: {f}", file=sys.stderr)
-    for f in outcome.failed_expectations:
-        print(f"ptlab: expectation failed: {f}", file=sys.stderr)
-    return 1 if outcome.integrity_failures or outcome.failed_expectations else 0
+    write_junit(outcome, spec, args.junit)
+    return run_exit_status(outcome)
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -140,7 +148,11 @@ def add_parser(sub: Subparsers) -> None:
                                     "of their own: the Vagrant VMs, or three namespaces "
                                     "laid out like them (run --split).")
     vsub = vm.add_subparsers(dest="vm_command", required=True)
-    vup = vsub.add_parser("up", help="vagrant up: boot and provision the three VMs")
+    vup = vsub.add_parser("up", help="vagrant up: boot and provision the three VMs",
+                          description="Boot the three machines: under qemu here, from the "
+                                      "image of 'ptlab vm image' (--provider qemu), or "
+                                      "with Vagrant and its provider, provisioned by "
+                                      "scripts/setup.")
     vup.add_argument("--provider", choices=("qemu", "libvirt", "virtualbox"),
                      help="qemu: boot the image of 'ptlab vm image' here; otherwise a "
                           "Vagrant provider (default: Vagrant's choice)")
@@ -157,13 +169,23 @@ def add_parser(sub: Subparsers) -> None:
     vimg.add_argument("--vagrant-box", metavar="FILE",
                       help="also write the image as a Vagrant box for libvirt (a .box tar)")
     vimg.set_defaults(fn=cmd_vm_image)
-    vrun = vsub.add_parser("run", help="run an experiment spec across the three machines")
+    vrun = vsub.add_parser("run", help="run an experiment spec across the three machines",
+                           description="Run an experiment with its client, censor and "
+                                       "servers on machines of their own (the VMs up now, "
+                                       "or with --split three namespaces laid out as "
+                                       "them); same results, report and exit statuses as "
+                                       "ptlab run.",
+                           epilog=EXIT_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     vrun.add_argument("spec", help="experiment TOML, e.g. experiments/vm.toml")
     vrun.add_argument("--split", action="store_true",
                       help="no VMs: the same commands in three namespaces on this machine")
-    vrun.add_argument("--results", help="results directory (default results/vm-<timestamp>)")
+    vrun.add_argument("--results", help="results directory (default: results/vm-<timestamp> "
+                                        "under the current directory)")
     vrun.add_argument("--quick", action="store_true", help="one repetition, small bulk size")
     vrun.add_argument("--lab-id", help="lab id of the --split namespaces (default random)")
+    vrun.add_argument("--junit", metavar="FILE",
+                      help="also write the cells as JUnit XML, one test case each (for CI)")
     vrun.set_defaults(fn=cmd_vm_run)
     vdown = vsub.add_parser("down", help="vagrant destroy -f: remove the three VMs",
                             description="Destroy the three VMs of the Vagrantfile "

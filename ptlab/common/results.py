@@ -28,10 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults;
-#: 3 adds the status "skipped".
-READABLE_SCHEMAS = (1, 2, 3)
+#: 3 adds the status "skipped"; 4 records the run's effective settings and their
+#: origins, and the benign classes that failed with no censor.
+READABLE_SCHEMAS = (1, 2, 3, 4)
 
 RESULTS_JSON = "results.json"
 RESULTS_CSV = "results.csv"
@@ -102,6 +103,12 @@ class Row:
     notes: list[str] = field(default_factory=list)
     pcaps: list[str] = field(default_factory=list)  # censor-side captures, relative paths
     cell_dir: str | None = None  # the cell's logs and state, relative to the results
+    cell_seconds: float | None = None  # the cell's wall time, from its start to its stop
+    # Benign classes that failed with no censor (in this row's transport's baseline):
+    # a lab failure, class -> flows failed, never collateral. In a censored cell
+    # these classes are not judged (the baseline could not show they work).
+    benign_lab_failures: dict[str, int] = field(default_factory=dict)
+    benign_unjudged: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -159,6 +166,11 @@ class Results:
     provenance: dict[str, Any] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    # Every experiment, topology and workload setting the run used, by key path
+    # (``workloads.bulk.size``), defaults and command-line overrides included; and
+    # where each came from ("spec", "default", "--quick", ...).
+    settings: dict[str, Any] = field(default_factory=dict)
+    setting_origins: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, schema version first so a reader sees it at once."""
@@ -168,6 +180,8 @@ class Results:
             "finished": self.finished,
             "spec_path": self.spec_path,
             "spec": self.spec,
+            "settings": self.settings,
+            "setting_origins": self.setting_origins,
             "provenance": self.provenance,
             "rows": [r.to_dict() for r in self.rows],
         }
@@ -192,6 +206,8 @@ class Results:
                 finished=d["finished"],
                 spec_path=d["spec_path"],
                 spec=d.get("spec", {}),
+                settings=d.get("settings", {}),
+                setting_origins=d.get("setting_origins", {}),
                 provenance=d.get("provenance", {}),
                 rows=[Row.from_dict(r) for r in d.get("rows", [])],
             )
@@ -220,8 +236,15 @@ CSV_COLUMNS = (
 )
 
 
-def csv_columns() -> list[str]:
-    return list(CSV_COLUMNS)
+def setting_column(key: str) -> str:
+    """The CSV column of a setting's key path: ``workloads.bulk.size`` is
+    ``setting_workloads_bulk_size``."""
+    return "setting_" + key.replace(".", "_")
+
+
+def csv_columns(results: Results | None = None) -> list[str]:
+    """The long CSV's columns: the fixed ones, then one per recorded setting."""
+    return list(CSV_COLUMNS) + [setting_column(k) for k in (results.settings if results else {})]
 
 
 def _csv_cell(value: Any) -> str:
@@ -257,6 +280,7 @@ def long_records(results: Results) -> list[dict[str, Any]]:
             "rtt_ms": row.rtt_ms, "expectation": row.expectation,
             "expectation_met": row.expectation_met, "cell_error": row.error,
         }
+        cell |= {setting_column(k): v for k, v in results.settings.items()}
         reps = row.repetition_outcomes or [{}]
         for rep in reps:
             out.append(cell | {
@@ -288,9 +312,10 @@ def write_results(results: Results, directory: Path | str) -> None:
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    columns = csv_columns(results)
+    writer.writerow(columns)
     for record in long_records(results):
-        writer.writerow([_csv_cell(record[c]) for c in CSV_COLUMNS])
+        writer.writerow([_csv_cell(record[c]) for c in columns])
 
     _atomic_write(directory / RESULTS_JSON, text)
     _atomic_write(directory / RESULTS_CSV, buf.getvalue())

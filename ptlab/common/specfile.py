@@ -21,9 +21,17 @@ class SpecError(ValueError):
 def read_toml(path: Path) -> dict[str, Any]:
     """A spec file's TOML, or a SpecError naming the file."""
     try:
-        return tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: a directory, not a spec file (specs are TOML files, "
+                        "e.g. experiments/default.toml)") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}): a spec is a TOML "
+                        "file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{Path(path).name}: not valid TOML: {exc}") from None
 

@@ -69,6 +69,20 @@ class LabBackend(ABC):
     def describe(self) -> str:
         """What the cells run on, for progress lines."""
 
+    @property
+    def machines_label(self) -> str:
+        """What the cells run on, for provenance: no lab id or other name that differs
+        from one run to the next (``ptlab compare`` would list it as a difference)."""
+        return self.describe()
+
+    @property
+    def timeout_scale(self) -> float:
+        """How many times longer a process takes here than on this machine's own
+        namespaces: the workloads' timeouts (bootstrap, bulk, idle, benign) are
+        multiplied by it, so an emulated CPU (qemu's TCG) does not turn slowness
+        into failures no censor caused."""
+        return 1.0
+
     @abstractmethod
     def context(self, options: dict[str, Any], seed: int, cell_dir: Path) -> CellContext:
         """What a plugin may use to build its processes for one cell."""

@@ -88,6 +88,10 @@ class NamespaceBackend(LabBackend):
     def describe(self) -> str:
         return f"lab {self.lab.id}" if self.lab else "lab"
 
+    @property
+    def machines_label(self) -> str:
+        return "network namespaces on this machine"
+
     def _shape(self) -> None:
         t = self.spec.topology
         shape = shaping.Shape(t.rate_mbit, t.loss_pct, t.delay_ms)

@@ -14,6 +14,7 @@ from censor_sim.profile import load_profile, profile_path
 from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from ..common.specfile import flatten_keys
 from ..output.report import render_report
+from ..output.runindex import write_index
 from ..output.terminal import print_results, progress
 from .runner import LabRunner
 from .spec import Spec
@@ -27,6 +28,8 @@ class Outcome:
     seconds: float
     failed_expectations: list[str] = field(default_factory=list)
     integrity_failures: list[str] = field(default_factory=list)
+    error_cells: list[str] = field(default_factory=list)  # "transport × censor: why"
+    corrupted_cells: list[str] = field(default_factory=list)  # "transport × censor"
 
 
 def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
@@ -52,33 +55,50 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             prov = provenance({"experiment": spec.seed}, profile_files, peers)
             # What each row runs (whose implementation, which stacks), for the report.
             prov["transports"] = {r.name: r.plugin.description for r in rows}
-            prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
+            prov["machines"] = runner.backend.machines_label  # the namespace lab, or ptlab vm's
+            if getattr(runner.lab, "id", None):
+                prov["lab_id"] = runner.lab.id  # differs every run: compare ignores it
             prov["censors"] = censor_columns(spec)
             prov["tools"] = tool_builds(spec)
+            settings, origins = run_settings(spec, runner.backend.timeout_scale)
             done: list = []
+
+            def results_so_far(rows: list) -> Results:
+                return Results(started=started, finished=now_iso(),
+                               spec_path=str(spec.path or ""), spec=spec.raw,
+                               settings=settings, setting_origins=origins,
+                               provenance=prov, rows=rows)
 
             def on_row(row) -> None:
                 bar.advance(task)
                 bar.update(task, description=f"{row.transport} × {row.censor}: {row.status}")
                 # Partial results after every row: a killed run still leaves its data.
                 done.append(row)
-                write_results(Results(started=started, finished=now_iso(),
-                                      spec_path=str(spec.path or ""), spec=spec.raw,
-                                      provenance=prov, rows=done), out_dir)
+                write_results(results_so_far(done), out_dir)
 
             measured = runner.run_matrix(on_row)
-    results = Results(
-        started=started, finished=now_iso(), spec_path=str(spec.path or ""), spec=spec.raw,
-        provenance=prov, rows=measured)
+    results = results_so_far(measured)
     write_results(results, out_dir)
     report = render_report(out_dir)
+    write_index(out_dir.resolve().parent)  # the index of the runs beside this one
     if console is not None:
         print_results(results, console)
     failed = [f"{r.transport} × {r.censor}: expected {r.expectation}, got {r.status}"
               + (f" ({r.error})" if r.error else "")
               for r in measured if r.expectation_met is False]
+    errors = [f"{r.cell}: {r.error or 'no reason recorded'}"
+              for r in measured if r.status == "ERROR"]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
-                   runner.integrity_failures)
+                   runner.integrity_failures, errors, runner.corrupted_cells)
+
+
+def run_settings(spec: Spec, timeout_scale: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run's effective settings and their origins: the spec's, and how much the
+    backend stretched the workloads' timeouts (1 on this machine's namespaces)."""
+    settings, origins = spec.settings(), spec.setting_origins()
+    settings["run.timeout_scale"] = timeout_scale
+    origins["run.timeout_scale"] = "backend"
+    return settings, origins
 
 
 def tool_builds(spec: Spec) -> dict[str, dict[str, Any]]:

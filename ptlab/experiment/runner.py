@@ -40,7 +40,7 @@ from . import scoring
 from .backend import CellRun, LabBackend
 from .labservices import LabServices
 from .nsbackend import NamespaceBackend
-from .scoring import BASELINE, BenignFlow, workload_markers
+from .scoring import BASELINE, workload_markers
 from .spec import Spec, TransportRow
 
 __all__ = ["BASELINE", "CellRun", "LabRunner"]
@@ -67,11 +67,12 @@ class LabRunner:
         self.log = log
         self.baselines: dict[str, Row] = {}
         # Benign flows that fail with no censor, per transport: not the censor's doing.
-        self.baseline_benign_failures: dict[str, set[BenignFlow]] = {}
+        self.baseline_benign_failures: dict[str, set[str]] = {}  # transport -> classes
         self.events_path = self.out / "events.jsonl"
         # id(process) -> (process, lines of its log already in events.jsonl)
         self._events_read: dict[int, tuple[Process, int]] = {}
         self.integrity_failures: list[str] = []
+        self.corrupted_cells: list[str] = []  # "transport × censor" of each one
         self._runs: dict[str, int] = {}
         # The processes of the traffic_session in progress (benchmarks read them).
         self.session: CellRun | None = None
@@ -194,6 +195,7 @@ class LabRunner:
             name += f"__{self._runs[name]}"
         cell_dir = self.cell_dir = self.work / "cells" / name
         cell_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         plugin = transport.plugin
         ctx = b.context(transport.options, self.spec.seed, cell_dir)
         run = CellRun(name, roles=self._flow_roles(resolver_is_wire=plugin.resolver_is_wire))
@@ -247,6 +249,7 @@ class LabRunner:
                                             status=row.status))
             self._stop_cell(run)
             b.gather_cell(run, cell_dir)
+            row.cell_seconds = round(time.monotonic() - started, 3)
         return row
 
     def _flow_roles(self, resolver_is_wire: bool = False) -> FlowRoles | None:
@@ -271,6 +274,7 @@ class LabRunner:
         integrity = scoring.score_measurement(row, m, plan)
         if integrity is not None:
             self.integrity_failures.append(f"{row.transport} × {row.censor}: {integrity}")
+            self.corrupted_cells.append(row.cell)
             self.log(f"[bold red]{integrity}[/]")
             return
         if m.benign is not None:
@@ -367,13 +371,15 @@ class LabRunner:
 
     def _plan(self, plugin: LabPlugin, baseline_only: bool) -> CellPlan:
         w = self.spec.workloads
+        scale = self.backend.timeout_scale  # > 1 on emulated machines
         # A transport that must bootstrap first (tor) gets at least its own floor.
-        boot_s = max(w.bootstrap_timeout_s, plugin.bootstrap_floor_s)
+        boot_s = max(w.bootstrap_timeout_s, plugin.bootstrap_floor_s) * scale
         return CellPlan(bootstrap_s=boot_s, repetitions=1 if baseline_only else
                         self.spec.repetitions, bulk_size=w.bulk_size, seed=self.spec.seed,
-                        bulk_timeout_s=w.bulk_timeout_s, idle_timeout_s=w.idle_timeout_s,
+                        bulk_timeout_s=w.bulk_timeout_s * scale,
+                        idle_timeout_s=w.idle_timeout_s * scale,
                         latency_count=0 if baseline_only else w.latency_count,
-                        benign=bool(w.benign), benign_timeout_s=w.benign_timeout_s)
+                        benign=bool(w.benign), benign_timeout_s=w.benign_timeout_s * scale)
 
     def _finish_censor(self, row: Row, run: CellRun, t_client: float,
                        roles: FlowRoles | None) -> None:

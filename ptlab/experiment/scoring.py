@@ -26,10 +26,6 @@ from .spec import Expectation
 #: The censor column every transport is measured under first.
 BASELINE = "none"
 
-#: A benign flow: (kind, target), e.g. ("https", "www.benign.lab").
-BenignFlow = tuple[str, str]
-
-
 #: A cell is "reachable" when at least this share of its repetitions got through
 #: (docs/lab/results.md §2). With a censor that blocks by chance the k of n is the
 #: finding; the status only summarises it.
@@ -93,25 +89,36 @@ def score_measurement(row: Row, m: Measurement, plan: CellPlan) -> str | None:
 
 
 def score_benign(row: Row, results: Iterable[Any],
-                 baseline_failures: set[BenignFlow] | None) -> set[BenignFlow]:
-    """Collateral damage: benign flows that fail under this censor but not without one.
+                 baseline_failures: set[str] | None) -> set[str]:
+    """Collateral damage: benign flows the censor broke, judged only where the lab
+    showed, with no censor, that they work.
 
-    ``results`` have ``kind``, ``target`` and ``ok``. ``baseline_failures`` is what
-    failed in the transport's baseline cell; None means this *is* the baseline.
-    Returns the flows that failed here (the baseline's set, when it is one).
+    ``results`` have ``kind``, ``target``, ``ok`` and ``error``. ``baseline_failures``
+    is the set of benign classes that failed in the transport's baseline cell; None
+    means this *is* the baseline. There a failure is the lab's, never collateral:
+    it is counted in ``benign_lab_failures`` with its reason. In a censored cell, a
+    class that failed in the baseline is not judged at all (``benign_unjudged``):
+    its failures here could be the lab's as much as the censor's.
+    Returns the classes that failed (the baseline's set, when it is one).
     """
     results = list(results)
-    failing = {(r.kind, r.target) for r in results if not r.ok}
+    failing = {r.kind for r in results if not r.ok}
     if baseline_failures is None:
-        if failing:
-            row.notes.append(f"benign flows fail with no censor: {sorted(failing)}")
-        excused: set[BenignFlow] = set()
+        unjudged = failing
+        for kind in sorted(failing):
+            flows = [r for r in results if r.kind == kind]
+            bad = [r for r in flows if not r.ok]
+            row.benign_lab_failures[kind] = len(bad)
+            row.notes.append(f"lab failure, not collateral: benign {kind} failed with no "
+                             f"censor ({len(bad)} of {len(flows)} flows): "
+                             f"{bad[0].error or 'no reason given'}")
     else:
-        excused = failing & baseline_failures
-        if excused:
-            row.notes.append(f"not counted as collateral (fail with no censor too): "
-                             f"{sorted(excused)}")
-    counted = [r for r in results if (r.kind, r.target) not in excused]
+        unjudged = baseline_failures & {r.kind for r in results}
+        if unjudged:
+            row.notes.append("collateral not judged for " + ", ".join(sorted(unjudged))
+                             + ": those benign classes failed with no censor too")
+    row.benign_unjudged = sorted(unjudged) if baseline_failures is not None else []
+    counted = [r for r in results if r.kind not in unjudged]
     row.benign_total = len(counted)
     row.benign_blocked = sum(not r.ok for r in counted)
     row.collateral = row.benign_blocked / row.benign_total if counted else None

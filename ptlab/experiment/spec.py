@@ -15,7 +15,7 @@ from typing import Any
 from ptcommon.suggest import did_you_mean
 
 from .. import plugins
-from ..common.specfile import SpecError, read_toml
+from ..common.specfile import SpecError, flatten_keys, read_toml
 from ..plugins.base import LabPlugin
 from ..plugins.external import ExternalPlugin, TemplateError
 
@@ -70,9 +70,48 @@ class Spec:
     raw: dict[str, Any] = field(default_factory=dict)
     # Things that are allowed but probably not meant, shown before a run.
     warnings: list[str] = field(default_factory=list)
+    # Settings changed after the spec was read, by key path: what changed them
+    # ("--quick", "--repetitions"), so results say where each value came from.
+    overridden: dict[str, str] = field(default_factory=dict)
 
     def cells(self) -> list[tuple[str, str]]:
         return [(t, c) for t in self.transports for c in self.censors]
+
+    def settings(self) -> dict[str, Any]:
+        """Every experiment, topology and workload setting this spec runs with, by its
+        key path in a spec (``workloads.bulk.size``): the effective values, defaults
+        and command-line overrides included, so a run records what it really did."""
+        w, t = self.workloads, self.topology
+        return {
+            "experiment.seed": self.seed, "experiment.repetitions": self.repetitions,
+            "experiment.budget_s": self.budget_s,
+            "topology.proxies": t.proxies, "topology.rate_mbit": t.rate_mbit,
+            "topology.loss_pct": t.loss_pct, "topology.delay_ms": t.delay_ms,
+            "workloads.bulk.size": w.bulk_size, "workloads.bulk.timeout_s": w.bulk_timeout_s,
+            "workloads.bulk.idle_timeout_s": w.idle_timeout_s,
+            "workloads.latency.count": w.latency_count,
+            "workloads.benign.enabled": w.benign, "workloads.benign.timeout_s": w.benign_timeout_s,
+            "workloads.bootstrap_timeout_s": w.bootstrap_timeout_s,
+            "workloads.inner_tls": w.inner_tls,
+        }
+
+    def setting_origins(self) -> dict[str, str]:
+        """Where each of :meth:`settings` came from: "spec" (written in it), "default",
+        or the command-line option that overrode it."""
+        written = flatten_keys({k: v for k, v in self.raw.items()
+                                if k in ("experiment", "topology", "workloads")})
+        return {key: self.overridden.get(key, "spec" if key in written else "default")
+                for key in self.settings()}
+
+    def override(self, key: str, value: Any, origin: str) -> None:
+        """Set setting `key` (a key path of :meth:`settings`) from the command line."""
+        section, _, name = key.partition(".")
+        target: Any = {"experiment": self, "topology": self.topology,
+                       "workloads": self.workloads}[section]
+        attr = _SETTING_ATTRIBUTES.get(key, name)
+        if getattr(target, attr) != value:
+            setattr(target, attr, value)
+            self.overridden[key] = origin
 
     def row(self, name: str) -> TransportRow:
         """Transport `name` as a row of this spec: its plugin and its options (none for
@@ -87,6 +126,16 @@ class Spec:
         """(profile name, overrides) for a censor column."""
         opts = dict(self.censors[censor])
         return opts.pop("profile", censor), opts
+
+
+#: Setting key paths whose attribute is named otherwise on Spec, TopologyOptions or
+#: Workloads.
+_SETTING_ATTRIBUTES = {
+    "workloads.bulk.size": "bulk_size", "workloads.bulk.timeout_s": "bulk_timeout_s",
+    "workloads.bulk.idle_timeout_s": "idle_timeout_s",
+    "workloads.latency.count": "latency_count", "workloads.benign.enabled": "benign",
+    "workloads.benign.timeout_s": "benign_timeout_s",
+}
 
 
 @dataclass(frozen=True)
@@ -105,6 +154,11 @@ class TransportRow:
             self.plugin.check_options(self.options)
         except (KeyError, ValueError) as exc:
             raise SpecError(f"transports.{self.name}: {exc}") from None
+
+    def check_installed(self) -> None:
+        """What the row runs is on this machine: a SpecError naming what is missing."""
+        if (missing := self.plugin.missing(self.options)) is not None:
+            raise SpecError(f"transports.{self.name}: {missing}")
 
 
 def _external_row(name: str, options: dict[str, Any],
@@ -157,8 +211,17 @@ def parse_spec(data: dict[str, Any], path: Path | None = None,
         raise SpecError(f"{where}: {exc}") from None
 
 
+#: Top-level tables that mark another of ptlab's TOML formats, and the command that
+#: reads it: a dataset spec or a scale spec given to `ptlab run` says where it goes.
+OTHER_FORMATS = {"dataset": "a dataset spec: collect it with 'ptlab dataset SPEC OUT'",
+                 "scale": "a scale spec: export it with 'ptlab export shadow SPEC OUT'"}
+
+
 def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] | None,
            known_profiles: list[str] | None) -> Spec:
+    for table, what in OTHER_FORMATS.items():
+        if table in data and "experiment" not in data:
+            raise SpecError(f"not an experiment spec but {what}")
     _check(data, "", {"experiment": dict, "topology": dict, "transports": dict,
                       "censors": dict, "workloads": dict, "expect": list, "tools": dict})
     exp = _check(data.get("experiment", {}), "experiment", {

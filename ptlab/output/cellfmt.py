@@ -51,7 +51,8 @@ def latency(row: Row) -> str:
         return f"{row.latency_ms:.1f} n={n}"
     lo, hi = row.latency_ci95
     level = row.latency_ci_level
-    note = f" ({level:.0%})" if level is not None and level < 0.95 else ""
+    # Few samples cannot give a 95 % order-statistic interval: say what it covers.
+    note = f" ({level:.0%} CI)" if level is not None and level < 0.95 else ""
     return f"{row.latency_ms:.1f} [{lo:.1f}, {hi:.1f}]{note} n={n}"
 
 
@@ -61,11 +62,18 @@ def broken_classes(row: Row) -> list[str]:
             for k, d in sorted(row.benign_detail.items()) if d.get("blocked")]
 
 
+def lab_failures(row: Row) -> list[str]:
+    """Each benign class that failed with no censor, as "class N failed"."""
+    return [f"{k} {n} failed" for k, n in sorted(row.benign_lab_failures.items())]
+
+
 def collateral(row: Row) -> str:
-    """Benign classes broken, k/n each, e.g. "binary 1/1, https 1/3"; "0/9" if none."""
+    """Benign classes broken, k/n each, e.g. "binary 1/1, https 1/3"; "0/9" if none;
+    classes the baseline could not vouch for are named as not judged."""
+    unjudged = f" ({', '.join(row.benign_unjudged)} not judged)" if row.benign_unjudged else ""
     if row.collateral is None:
-        return "—"
-    return ", ".join(broken_classes(row)) or f"0/{row.benign_total}"
+        return "—" + unjudged
+    return (", ".join(broken_classes(row)) or f"0/{row.benign_total}") + unjudged
 
 
 def detection(row: Row) -> str:
@@ -100,4 +108,8 @@ def summary(row: Row) -> str:
         parts.append(f"{verb} {row.detector}{where} ({row.action})")
     if broken := broken_classes(row):
         parts.append("collateral " + ", ".join(broken))
+    if failed := lab_failures(row):
+        parts.append("lab failure with no censor: " + ", ".join(failed))
+    if row.benign_unjudged:
+        parts.append(f"collateral not judged for {', '.join(row.benign_unjudged)}")
     return ", ".join(parts)

@@ -62,12 +62,22 @@ class Comparison:
     changes: list[CellChange] = field(default_factory=list)
     only_a: list[Cell] = field(default_factory=list)
     only_b: list[Cell] = field(default_factory=list)
+    # Effective settings (defaults and --quick included) where both runs recorded
+    # them; the spec's own text otherwise.
+    setting_diffs: list[tuple[str, Any, Any]] = field(default_factory=list)
+    settings_recorded: bool = True
     spec_diffs: list[tuple[str, Any, Any]] = field(default_factory=list)
     provenance_diffs: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     @property
     def status_changes(self) -> list[CellChange]:
         return [c for c in self.changes if c.status_changed]
+
+    @property
+    def workload_diffs(self) -> list[tuple[str, Any, Any]]:
+        """Settings that change what a cell measures: goodput and latency of two runs
+        that differ here do not compare."""
+        return [d for d in self.setting_diffs if d[0].startswith(("workloads.", "run."))]
 
 
 def _diffs(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()
@@ -79,6 +89,8 @@ def _diffs(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()
 
 #: Provenance keys that differ between any two runs and say nothing about them.
 _VOLATILE = ("hostname", "started", "lab_id", "seeds.run")
+#: Spec sections whose every value is a setting (compared as effective settings).
+_SETTING_SECTIONS = ("experiment", "topology", "workloads")
 
 
 def compare(a: Results, b: Results, a_dir: str = "A", b_dir: str = "B") -> Comparison:
@@ -91,9 +103,37 @@ def compare(a: Results, b: Results, a_dir: str = "A", b_dir: str = "B") -> Compa
         else:
             out.only_a.append(cell)
     out.only_b = [c for c in cells_b if c not in cells_a]
-    out.spec_diffs = _diffs(a.spec, b.spec)
+    if a.settings and b.settings:
+        out.setting_diffs = _diffs(a.settings, b.settings)
+        # The rest of the spec (rows, columns, expectations, tools) as written.
+        out.spec_diffs = [d for d in _diffs(a.spec, b.spec)
+                          if not d[0].startswith(_SETTING_SECTIONS)
+                          or d[0] in ("experiment.name", "experiment.description")]
+    else:
+        out.settings_recorded = False
+        out.spec_diffs = _diffs(a.spec, b.spec)
     out.provenance_diffs = _diffs(a.provenance, b.provenance, _VOLATILE)
     return out
+
+
+def _value(v: Any) -> str:
+    """A setting's value as people write it (2,000,000; true; "absent")."""
+    if v is None:
+        return "absent"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return repr(v)
+
+
+def workload_warning(cmp: Comparison) -> str | None:
+    """One line when the runs measured differently, or None."""
+    diffs = cmp.workload_diffs
+    if not diffs:
+        return None
+    what = "; ".join(f"{k} {_value(a)} -> {_value(b)}" for k, a, b in diffs)
+    return f"warning: the runs' workloads differ ({what}): their goodput and latency do not compare"
 
 
 def _ratio_text(change: CellChange) -> str:
@@ -105,8 +145,10 @@ def _ratio_text(change: CellChange) -> str:
 
 
 def text_report(cmp: Comparison) -> str:
-    lines = [f"compare {cmp.a_dir} -> {cmp.b_dir}",
-             f"{len(cmp.changes)} cells in both; {len(cmp.status_changes)} changed status"]
+    lines = [f"compare {cmp.a_dir} -> {cmp.b_dir}"]
+    if (warning := workload_warning(cmp)) is not None:
+        lines.append(warning)
+    lines.append(f"{len(cmp.changes)} cells in both; {len(cmp.status_changes)} changed status")
     width = max([len(f"{t} × {c}") for t, c in (x.cell for x in cmp.changes)] + [4])
     for ch in cmp.changes:
         mark = "!" if ch.status_changed else " "
@@ -116,10 +158,16 @@ def text_report(cmp: Comparison) -> str:
     for title, cells in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
         for t, c in cells:
             lines.append(f"  {t} × {c}: {title}")
-    for title, diffs in (("spec", cmp.spec_diffs), ("provenance", cmp.provenance_diffs)):
+    if cmp.settings_recorded:
+        sections = [("settings", cmp.setting_diffs), ("spec", cmp.spec_diffs)]
+    else:
+        lines.append("settings: not recorded by both runs (results before schema 4); "
+                     "the specs as written:")
+        sections = [("spec", cmp.spec_diffs)]
+    for title, diffs in (*sections, ("provenance", cmp.provenance_diffs)):
         lines.append(f"{title}: " + ("no differences" if not diffs else f"{len(diffs)} differ"))
         for k, va, vb in diffs:
-            lines.append(f"  {k}: {va!r} -> {vb!r}")
+            lines.append(f"  {k}: {_value(va)} -> {_value(vb)}")
     return "\n".join(lines) + "\n"
 
 
@@ -137,8 +185,8 @@ def html_report(cmp: Comparison) -> str:
     def diff_table(diffs: list[tuple[str, Any, Any]]) -> str:
         if not diffs:
             return "<p>No differences.</p>"
-        body = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{escape(repr(a))}</td>"
-                       f"<td>{escape(repr(b))}</td></tr>" for k, a, b in diffs)
+        body = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{escape(_value(a))}</td>"
+                       f"<td>{escape(_value(b))}</td></tr>" for k, a, b in diffs)
         return f"<table><tr><th>key</th><th>A</th><th>B</th></tr>{body}</table>"
 
     only = "".join(f"<li>{escape(t)} × {escape(c)}: only in {w}</li>"
@@ -157,9 +205,34 @@ def html_report(cmp: Comparison) -> str:
         "<th>goodput A Mbit/s</th><th>goodput B Mbit/s</th><th>B/A</th></tr>"
         + "".join(rows) + "</table>"
         + (f"<ul>{only}</ul>" if only else "")
+        + (f'<p class="warn"><strong>{escape(w)}</strong></p>'
+           if (w := workload_warning(cmp)) else "")
+        + "<h2>Settings</h2>" + (diff_table(cmp.setting_diffs) if cmp.settings_recorded
+                                 else "<p>Not recorded by both runs.</p>")
         + "<h2>Spec</h2>" + diff_table(cmp.spec_diffs)
         + "<h2>Provenance</h2>" + diff_table(cmp.provenance_diffs)
         + "</body></html>\n")
+
+
+def comparison_json(cmp: Comparison) -> dict[str, Any]:
+    """A comparison for scripts: cells with both statuses and the goodput ratio, and
+    the settings, spec and provenance that differ."""
+    def cell(ch: CellChange) -> dict[str, Any]:
+        r = ch.goodput_ratio()
+        return {"transport": ch.cell[0], "censor": ch.cell[1], "status_a": ch.a.status,
+                "status_b": ch.b.status, "status_changed": ch.status_changed,
+                "goodput_ratio": None if r is None else r[0],
+                "goodput_ratio_ci95": None if r is None or r[1] is None else list(r[1])}
+
+    def diffs(ds: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]:
+        return [{"key": k, "a": a, "b": b} for k, a, b in ds]
+
+    return {"a": cmp.a_dir, "b": cmp.b_dir, "cells": [cell(c) for c in cmp.changes],
+            "only_a": [list(c) for c in cmp.only_a], "only_b": [list(c) for c in cmp.only_b],
+            "workload_warning": workload_warning(cmp),
+            "settings_recorded": cmp.settings_recorded,
+            "setting_diffs": diffs(cmp.setting_diffs), "spec_diffs": diffs(cmp.spec_diffs),
+            "provenance_diffs": diffs(cmp.provenance_diffs)}
 
 
 def run(dirs: list[Path], html: Path | None = None) -> tuple[str, list[Comparison]]:

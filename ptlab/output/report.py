@@ -110,11 +110,23 @@ def _context_html(results: Results) -> str:
     parts = []
     if exp.get("description"):
         parts.append(f"<p>{escape(str(exp['description']))}</p>")
+    def setting(key: str, written: Any, unit: str = "") -> str:
+        """The effective value, its unit, and where it came from when not the spec;
+        older runs recorded only what the spec wrote."""
+        if key not in results.settings:
+            return "default" if written is None else f"{written}{unit}"
+        value, origin = results.settings[key], results.setting_origins.get(key, "")
+        text = (f"{value:,}" if isinstance(value, int) and not isinstance(value, bool)
+                else str(value))
+        return text + unit + (f" ({origin})" if origin and origin != "spec" else "")
+
     facts = {
         "repetitions per cell": reps or exp.get("repetitions", "?"),
         "seed": exp.get("seed", "?"),
-        "bulk download": f"{wl.get('bulk', {}).get('size', 'default')} bytes per repetition",
-        "latency samples": wl.get("latency", {}).get("count", "default"),
+        "bulk download": setting("workloads.bulk.size", wl.get("bulk", {}).get("size"),
+                                 " bytes per repetition"),
+        "latency samples": setting("workloads.latency.count",
+                                   wl.get("latency", {}).get("count")),
         "benign mix": "on" if wl.get("benign", {}).get("enabled", True) else "off",
         "link": ((f"{topo['rate_mbit']} Mbit/s" if topo.get("rate_mbit") else "unshaped rate")
                  + f", {topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms "
@@ -122,6 +134,7 @@ def _context_html(results: Results) -> str:
         "machines": results.provenance.get("machines", "this machine's namespaces"),
     }
     parts.append(f"<table>{_kv_rows(facts)}</table>")
+    parts.append(_settings_html(results))
     if not topo.get("rate_mbit"):
         parts.append('<p class="warn">The link is unshaped: goodput measures how fast this '
                      "machine's CPU moves bytes through each transport, not a network. "
@@ -131,6 +144,20 @@ def _context_html(results: Results) -> str:
         parts.append(f'<p class="warn">{reps} repetition(s) per cell: intervals are wide or '
                      "absent; the figures show the repetitions themselves.</p>")
     return "\n".join(parts)
+
+
+def _settings_html(results: Results) -> str:
+    """Every setting the run used, with its value and where it came from (the spec,
+    a default, or a command-line option such as --quick)."""
+    if not results.settings:
+        return "<p>This run did not record its effective settings (results before schema 4).</p>"
+    body = "".join(
+        f"<tr><th><code>{escape(k)}</code></th><td><code>{escape(json.dumps(v))}</code></td>"
+        f"<td>{escape(results.setting_origins.get(k, '?'))}</td></tr>"
+        for k, v in results.settings.items())
+    return ("<details><summary>Every setting this run used</summary><table>"
+            "<tr><th>setting</th><th>value</th><th>from</th></tr>"
+            f"{body}</table></details>")
 
 
 def _censors_html(results: Results) -> str:

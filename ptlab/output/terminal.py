@@ -6,6 +6,8 @@ HTML report; the table states the RTT too, as every report must.
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -38,6 +40,9 @@ def results_table(results: Results) -> Table:
     intervals and n, the benign classes broken, the transport's detection."""
     rtts = results.rtts_ms()
     caption = "RTT " + ", ".join(f"{x:g} ms" for x in rtts) if rtts else "RTT not recorded"
+    if any(r.latency_ci_level is not None and r.latency_ci_level < 0.95 for r in results.rows):
+        caption += ("; latency CIs are 95 % unless marked (e.g. 75 % CI): too few samples "
+                    "for a 95 % interval of the median")
     table = Table(title="ptlab results", caption=caption)
     table.add_column("transport")
     table.add_column("censor")
@@ -65,7 +70,9 @@ def results_table(results: Results) -> Table:
 def print_results(results: Results, console: Console | None = None) -> None:
     """Print the results table, plus the error line of each ERROR cell and the
     reason of each skipped row (once per row)."""
-    console = console if console is not None else Console()
+    # Piped or in a log, a table wide enough to read, not 80 squeezed columns.
+    console = console if console is not None else Console(
+        width=None if sys.stdout.isatty() else 132)
     console.print(results_table(results))
     skipped: set[str] = set()
     for r in results.rows:

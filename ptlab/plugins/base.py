@@ -12,6 +12,7 @@ Tor does.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,27 @@ class LabPlugin:
     def peer_binaries(self) -> list[str]:
         """Real-peer binaries this plugin runs (their versions go into provenance)."""
         return []
+
+    def needed_binaries(self, options: dict[str, Any]) -> list[str]:
+        """The programs a row with these options runs, which must be on PATH (by
+        default, its peer binaries)."""
+        return self.peer_binaries()
+
+    def missing(self, options: dict[str, Any]) -> str | None:
+        """What this row needs and this machine lacks, in one line, or None: a binary
+        not on PATH, or a tool that cannot be found."""
+        missing = [b for b in self.needed_binaries(options) if shutil.which(b) is None]
+        if missing:
+            return (f"{', '.join(missing)} not installed: install "
+                    f"{'it' if len(missing) == 1 else 'them'}, or fix the row's "
+                    "`binaries` (scripts/setup installs the Debian tools ptlab's own "
+                    "rows use)")
+        for name in self.tools():
+            try:
+                self.resolve_tool(name)
+            except OSError as exc:
+                return str(exc)
+        return None
 
     def tools(self) -> list[str]:
         """Tools found through :mod:`ptlab.common.tools` (provenance records each build)."""

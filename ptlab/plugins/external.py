@@ -40,7 +40,6 @@ import base64
 import re
 import secrets
 import shlex
-import shutil
 import string
 from typing import Any
 
@@ -265,10 +264,8 @@ class ExternalPlugin(LabPlugin):
         return str(cert), str(key)
 
     def _argv(self, role: str, ctx: CellContext) -> list[str]:
-        missing = [b for b in self.peer_binaries() if shutil.which(b) is None]
-        if missing:
-            raise FileNotFoundError(f"{self.name}: {', '.join(missing)} not installed "
-                                    "(scripts/setup installs the Debian tools)")
+        if (missing := self.missing(self.options)) is not None:
+            raise FileNotFoundError(f"{self.name}: {missing}")
         values = self._values(ctx, role)
         return [token.format(**values) for token in shlex.split(self.options[role])]
 

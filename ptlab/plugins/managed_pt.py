@@ -123,6 +123,12 @@ class ManagedPTPlugin(LabPlugin):
     def peer_binaries(self) -> list[str]:
         return [cmd[0] for name, cmd in self.implementations.items() if name != "ptlab"]
 
+    def needed_binaries(self, options: dict[str, Any]) -> list[str]:
+        """The real peers this row's sides run (none when both are ours)."""
+        impls = {options.get(side, self.defaults[side]) for side in ("client", "server")}
+        return sorted({self.implementations[i][0] for i in impls
+                       if i != "ptlab" and i in self.implementations})
+
 
 OBFS4_IMPLEMENTATIONS = {
     "ptlab": [sys.executable, "-m", "transports.pt"],

@@ -151,6 +151,10 @@ class VmBackend(LabBackend):
     def describe(self) -> str:
         return self.label
 
+    @property
+    def timeout_scale(self) -> float:
+        return self.machines.slowdown
+
     # --- machines ---------------------------------------------------------------
 
     def start(self) -> None:

@@ -12,6 +12,6 @@ CATALOGUE: dict[str, tuple[str, str]] = {
              "bulk.size, bulk.timeout_s, bulk.idle_timeout_s"),
     "latency": ("request round trips through the tunnel, in ms", "latency.count"),
     "benign": ("innocent flows beside the transport (https, http, dns-udp, dns-tcp, ssh, "
-               "binary, udp-echo); a blocked one is collateral damage",
+               "binary, udp-echo, quic); a blocked one is collateral damage",
                "benign.enabled, benign.timeout_s"),
 }

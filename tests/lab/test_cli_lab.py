@@ -6,6 +6,7 @@ import json
 import secrets
 import signal
 import time
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -33,6 +34,23 @@ status = "reachable"
 transport = "direct"
 censor = "ip-blocklist"
 status = "reachable"
+"""
+
+
+#: A row whose server never listens: its cells are ERROR, which is not the censor's.
+BROKEN_SPEC = """
+[experiment]
+name = "broken"
+repetitions = 1
+[transports.never]
+kind = "external"
+binaries = ["sleep"]
+server = "sleep 30"
+client = "sleep 30"
+ready_timeout_s = 2
+[censors.none]
+[workloads.benign]
+enabled = false
 """
 
 
@@ -84,3 +102,17 @@ def test_sigterm_on_run_takes_its_lab_down(tmp_path):
         assert lab_traces(lab_id) == []  # no `lab down` needed
     finally:
         cleanup.down(lab_id)
+
+
+def test_run_exits_4_with_an_error_cell_and_says_so_in_junit(tmp_path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text(BROKEN_SPEC)
+    out, junit = tmp_path / "res", tmp_path / "cells.xml"
+    proc = ptlab("run", str(spec), "--quick", "--results", str(out), "--junit", str(junit),
+                 timeout=180)
+    assert proc.returncode == 4, proc.stderr
+    assert "ptlab: ERROR never × none: " in proc.stderr
+    error = ET.parse(junit).getroot().find("testsuite/testcase/error")
+    assert error is not None and error.get("type") == "lab"
+    # The index beside the run links its report.
+    assert 'href="res/report.html"' in (tmp_path / "index.html").read_text()

@@ -53,3 +53,22 @@ def test_compare_two_default_runs_then_a_spec_change(tmp_path):
     written = json.loads((tmp_path / "c" / "results.json").read_text())
     assert written["schema_version"] == SCHEMA_VERSION
     assert "changed status" in (tmp_path / "compare.html").read_text()
+
+
+def test_a_quick_and_a_full_run_of_one_spec_compare_with_their_workloads(tmp_path):
+    spec = tmp_path / "small.toml"
+    spec.write_text('[experiment]\nname = "small"\n[transports.direct]\n[censors.none]\n'
+                    "[workloads.benign]\nenabled = false\n")
+    quick_run(tmp_path / "quick", spec)
+    proc = ptlab("run", str(spec), "--results", str(tmp_path / "full"), timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    out = ptlab("compare", str(tmp_path / "full"), str(tmp_path / "quick")).stdout
+    lines = out.splitlines()
+    assert lines[1] == ("warning: the runs' workloads differ (workloads.bulk.size 2,000,000 "
+                        "-> 1,000,000; workloads.latency.count 10 -> 3): their goodput and "
+                        "latency do not compare"), out
+    assert "settings: 3 differ" in out and "experiment.repetitions: 3 -> 1" in out
+    assert "spec: no differences" in out and "provenance: no differences" in out
+    quick = json.loads((tmp_path / "quick" / "results.json").read_text())
+    assert quick["setting_origins"]["workloads.bulk.size"] == "--quick"
+    assert quick["settings"]["workloads.bulk.timeout_s"] == 30.0  # a default, by its value

@@ -57,39 +57,77 @@ def go_duration(text: str) -> float:
     return total
 
 
+#: ``ptlab snowflake-proxy -h``'s description: the module's docstring as plain text.
+DESCRIPTION = (
+    "Run our Snowflake proxy as a volunteer would. Flags mirror Tor's snowflake-proxy "
+    "where they overlap: single dash, the same names and defaults (Tor's public broker, "
+    "relay, STUN server and NAT probe service), durations in Go's form (24h, 1m30s) or "
+    "plain seconds. Prometheus metrics are served at "
+    "http://<metrics-address>:<metrics-port>/internal/metrics with -metrics, as in Tor's "
+    "2.6.1 and later.")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"ptlab snowflake-proxy {metadata.version('ptlab')}"
+    except metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "ptlab snowflake-proxy (version unknown: not installed)"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     d = ProxyConfig()
-    p = argparse.ArgumentParser(prog="ptlab snowflake-proxy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-broker", default=d.broker, help="broker URL")
-    p.add_argument("-relay", default=d.relay, help="relay URL when the broker names none")
-    p.add_argument("-stun", default=",".join(d.stun), help="comma-separated STUN URLs")
-    p.add_argument("-allowed-relay-hostname-pattern", default=d.allowed_relay_pattern)
-    p.add_argument("-allow-non-tls-relay", action="store_true")
-    p.add_argument("-allow-proxying-to-private-addresses", action="store_true")
-    p.add_argument("-keep-local-addresses", action="store_true")
+    p = argparse.ArgumentParser(prog="ptlab snowflake-proxy", description=DESCRIPTION)
+    p.add_argument("-version", action="version", version=_version(),
+                   help="print the version and exit")
+    p.add_argument("-broker", default=d.broker, help="broker URL (default %(default)s)")
+    p.add_argument("-relay", default=d.relay,
+                   help="relay URL when the broker names none (default %(default)s)")
+    p.add_argument("-stun", default=",".join(d.stun),
+                   help="comma-separated STUN URLs (default %(default)s)")
+    p.add_argument("-allowed-relay-hostname-pattern", default=d.allowed_relay_pattern,
+                   help="the relays the broker may name: a hostname suffix, with ^ for an "
+                        "exact name (default %(default)s)")
+    p.add_argument("-allow-non-tls-relay", action="store_true",
+                   help="accept a ws:// relay URL (off: wss:// only)")
+    p.add_argument("-allow-proxying-to-private-addresses", action="store_true",
+                   help="let the relay resolve to a private address (off)")
+    p.add_argument("-keep-local-addresses", action="store_true",
+                   help="keep local addresses in SDP (off: only public ones are offered)")
     p.add_argument("-ephemeral-ports-range", default="",
-                   help='ICE UDP ports range (format: "<min>:<max>")')
-    p.add_argument("-capacity", type=int, default=0, help="maximum clients (0: unlimited)")
+                   help='ICE UDP ports, "<min>:<max>" (default: any port)')
+    p.add_argument("-capacity", type=int, default=0,
+                   help="maximum clients at once (default %(default)s: unlimited)")
     p.add_argument("-workers", type=int, default=1,
                    help="processes that serve clients, to use more than one core (ours; "
                         "default 1: clients are served in this process)")
     p.add_argument("-poll-interval", type=go_duration, default=d.poll_interval_s,
                    help="time between polls (default 5s)")
-    p.add_argument("-nat", choices=NAT_TYPES, default=d.nat)
+    p.add_argument("-nat", choices=NAT_TYPES, default=d.nat,
+                   help="the NAT type reported until, or unless, the probe service answers "
+                        "(ours; default %(default)s)")
     p.add_argument("-nat-probe-server", default=d.nat_probe_url,
-                   help="NAT probe service URL (\"\": do not probe)")
+                   help='NAT probe service URL ("": do not probe; default %(default)s)')
     p.add_argument("-nat-retest-interval", type=go_duration, default=d.nat_retest_interval_s,
                    help="time between NAT tests (0: only at start; default 24h)")
     p.add_argument("-summary-interval", type=go_duration, default=d.summary_interval_s,
                    help="time between summary log lines (0: none; default 1h)")
-    p.add_argument("-datachannel-timeout", type=float, default=d.datachannel_timeout_s)
-    p.add_argument("-inactivity-timeout", type=float, default=d.inactivity_timeout_s)
-    p.add_argument("-unsafe-logging", action="store_true", help="log client addresses")
-    p.add_argument("-verbose", action="store_true")
+    p.add_argument("-datachannel-timeout", type=float, default=d.datachannel_timeout_s,
+                   help="seconds a client has to open its data channel (ours; default "
+                        "%(default)s)")
+    p.add_argument("-inactivity-timeout", type=float, default=d.inactivity_timeout_s,
+                   help="seconds without data from the relay before a session closes "
+                        "(ours; default %(default)s)")
+    p.add_argument("-unsafe-logging", action="store_true",
+                   help="log client addresses (off: they are scrubbed)")
+    p.add_argument("-verbose", action="store_true",
+                   help="debug logging, the WebRTC libraries' included (off: info)")
     p.add_argument("-metrics", action="store_true", help="serve Prometheus metrics")
-    p.add_argument("-metrics-address", default="localhost")
-    p.add_argument("-metrics-port", type=int, default=9999)
+    p.add_argument("-metrics-address", default="localhost",
+                   help="address of the metrics server (default %(default)s)")
+    p.add_argument("-metrics-port", type=int, default=9999,
+                   help="port of the metrics server (default %(default)s)")
     args = p.parse_args(argv)
     if args.capacity < 0 or args.poll_interval <= 0 or args.workers < 1:
         p.error("-capacity must be >= 0, -poll-interval > 0 and -workers >= 1")

@@ -40,8 +40,12 @@ def sample_results() -> Results:
                     action="rst"),
         error_row(),
     ]
-    return results_of(rows, spec={"seed": 7, "transports": ["obfs4", "meek"]},
-                      provenance={"git_sha": "abc123", "seeds": {"run": 7}})
+    res = results_of(rows, spec={"seed": 7, "transports": ["obfs4", "meek"]},
+                     provenance={"git_sha": "abc123", "seeds": {"run": 7}})
+    res.settings = {"experiment.repetitions": 1, "workloads.bulk.size": 1_000_000}
+    res.setting_origins = {"experiment.repetitions": "--quick",
+                           "workloads.bulk.size": "--quick"}
+    return res
 
 
 # --- Row -------------------------------------------------------------------------------------
@@ -76,10 +80,12 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_json_layout(tmp_path: Path) -> None:
     write_results(sample_results(), tmp_path)
     text = (tmp_path / "results.json").read_text()
-    assert text.startswith('{\n  "schema_version": 3,')
+    assert text.startswith('{\n  "schema_version": 4,')
     data = json.loads(text)
     assert data["rows"][0]["goodput_ci95"] == [40.0, 44.0]
     assert data["provenance"]["git_sha"] == "abc123"
+    assert data["settings"]["workloads.bulk.size"] == 1_000_000
+    assert data["setting_origins"]["workloads.bulk.size"] == "--quick"
 
 
 def test_csv_is_long_one_line_per_repetition(tmp_path: Path) -> None:
@@ -87,13 +93,17 @@ def test_csv_is_long_one_line_per_repetition(tmp_path: Path) -> None:
     write_results(res, tmp_path)
     with open(tmp_path / "results.csv", newline="") as fh:
         records = list(csv.DictReader(fh))
-    assert list(records[0]) == csv_columns()
+    assert list(records[0]) == csv_columns(res)
+    assert csv_columns(res)[-2:] == ["setting_experiment_repetitions",
+                                     "setting_workloads_bulk_size"]
     # Three repetitions of the reachable cell, one line each for the other two.
     assert [(r["transport"], r["censor"], r["repetition"]) for r in records] == [
         ("obfs4", "none", "1"), ("obfs4", "none", "2"), ("obfs4", "none", "3"),
         ("obfs4", "gfw", ""), ("meek", "none", "")]
     first = records[0]
-    assert first["schema_version"] == "3" and first["git_sha"] == "abc123"
+    assert first["schema_version"] == "4" and first["git_sha"] == "abc123"
+    # Every line carries the run's effective settings.
+    assert {r["setting_workloads_bulk_size"] for r in records} == {"1000000"}
     assert first["goodput_mbit_s"] == "41.0" and first["repetition_ok"] == "true"
     assert first["cell_goodput_ci95_lo_mbit_s"] == "40.0"
     assert first["expectation_met"] == "true" and first["latency_samples_n"] == "3"
@@ -122,7 +132,7 @@ def test_write_refuses_nan(tmp_path: Path) -> None:
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("version", [None, 0, 4, "1"])
+@pytest.mark.parametrize("version", [None, 0, 5, "1"])
 def test_bad_schema_version_raises(tmp_path: Path, version: object) -> None:
     write_results(sample_results(), tmp_path)
     path = tmp_path / "results.json"
@@ -144,8 +154,22 @@ def test_invalid_json_raises_value_error(tmp_path: Path) -> None:
 
 
 def test_schema_version_constant() -> None:
-    assert SCHEMA_VERSION == 3
-    assert Results(started="a", finished="b", spec_path="s").schema_version == 3
+    assert SCHEMA_VERSION == 4
+    assert Results(started="a", finished="b", spec_path="s").schema_version == 4
+
+
+def test_results_of_schema_3_load_with_no_settings(tmp_path: Path) -> None:
+    write_results(sample_results(), tmp_path)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 3
+    del data["settings"], data["setting_origins"]
+    for row in data["rows"]:
+        for key in ("cell_seconds", "benign_lab_failures", "benign_unjudged"):
+            del row[key]
+    path.write_text(json.dumps(data))
+    old = load_results(tmp_path)
+    assert old.settings == {} and old.rows[0].benign_lab_failures == {}
 
 
 def test_a_skipped_row_round_trips_with_its_reason(tmp_path: Path) -> None:

@@ -88,19 +88,40 @@ def test_a_corrupted_transfer_is_an_error_never_blocked():
     assert row.status == "ERROR"
 
 
-def test_collateral_discounts_what_fails_with_no_censor_too():
+def test_a_benign_class_that_fails_with_no_censor_is_a_lab_failure_not_collateral():
     base = Row("direct", "none", "ERROR")
-    baseline_flows = [benign("https", "a", True), benign("ssh", "b", False)]
+    baseline_flows = [benign("https", "a", True), benign("ssh", "b", False),
+                      benign("ssh", "c", True)]
     failing = scoring.score_benign(base, baseline_flows, None)
-    assert failing == {("ssh", "b")} and "fail with no censor" in base.notes[0]
+    assert failing == {"ssh"}
+    # The baseline shows the lab failure with its reason, and no collateral at all.
+    assert base.benign_lab_failures == {"ssh": 1}
+    assert "lab failure, not collateral: benign ssh failed with no censor (1 of 2 flows)" \
+        in base.notes[0]
+    assert (base.benign_total, base.benign_blocked, base.collateral) == (1, 0, 0.0)
+    assert base.benign_detail == {"https": {"ok": 1, "blocked": 0}}
+    assert base.benign_unjudged == []
+
+
+def test_collateral_counts_only_classes_that_passed_the_baseline():
     row = Row("direct", "fet", "ERROR")
-    flows = [benign("https", "a", True), benign("ssh", "b", False), benign("binary", "c", False)]
-    scoring.score_benign(row, flows, failing)
-    # ssh fails without a censor too: not the censor's collateral.
+    flows = [benign("https", "a", True), benign("ssh", "b", False), benign("ssh", "c", False),
+             benign("binary", "d", False)]
+    scoring.score_benign(row, flows, {"ssh"})
+    # ssh failed with no censor: not judged here, and said so; the rest is counted.
+    assert row.benign_unjudged == ["ssh"]
+    assert "collateral not judged for ssh" in row.notes[0]
     assert (row.benign_total, row.benign_blocked) == (2, 1)
     assert row.collateral == 0.5
     assert row.benign_detail == {"https": {"ok": 1, "blocked": 0},
                                  "binary": {"ok": 0, "blocked": 1}}
+    assert cellfmt.collateral(row) == "binary 1/1 (ssh not judged)"
+
+
+def test_a_clean_baseline_judges_every_class():
+    row = Row("direct", "fet", "ERROR")
+    scoring.score_benign(row, [benign("https", "a", False)], set())
+    assert row.benign_unjudged == [] and row.collateral == 1.0 and not row.notes
 
 
 def test_censor_events_give_detector_action_probes_and_counters():

@@ -67,3 +67,55 @@ def test_cli_writes_text_and_html_and_can_fail_ci(tmp_path: Path):
     one = subprocess.run([sys.executable, "-m", "ptlab", "compare", str(tmp_path / "a")],
                          capture_output=True, text=True, cwd=REPO)
     assert one.returncode == 2 and "at least two" in one.stderr
+
+
+def settings_run(bulk: int, reps: int, origin: str, lab_id: str):
+    res = run_of()
+    res.settings = {"experiment.repetitions": reps, "experiment.seed": 7,
+                    "workloads.bulk.size": bulk, "workloads.latency.count": 10,
+                    "run.timeout_scale": 1.0}
+    res.setting_origins = {k: origin if k != "experiment.seed" else "spec"
+                           for k in res.settings}
+    res.provenance |= {"lab_id": lab_id, "machines": "network namespaces on this machine"}
+    return res
+
+
+def test_a_quick_and_a_full_run_of_one_spec_show_their_workloads_differ():
+    full = settings_run(2_000_000, 3, "default", "ab12")
+    quick = settings_run(1_000_000, 1, "--quick", "cd34")
+    cmp = compare(full, quick)
+    # Effective settings, named by their values; no lab id; no spec difference.
+    assert cmp.setting_diffs == [("experiment.repetitions", 3, 1),
+                                 ("workloads.bulk.size", 2_000_000, 1_000_000)]
+    assert cmp.spec_diffs == [] and cmp.provenance_diffs == []
+    text = text_report(cmp)
+    assert text.splitlines()[1] == (
+        "warning: the runs' workloads differ (workloads.bulk.size 2,000,000 -> 1,000,000): "
+        "their goodput and latency do not compare")
+    assert "  workloads.bulk.size: 2,000,000 -> 1,000,000" in text
+    assert "ab12" not in text and "None" not in text
+    assert "workloads differ" in html_report(cmp)
+
+
+def test_runs_without_recorded_settings_fall_back_to_the_spec_and_say_so():
+    cmp = compare(run_of(), run_of(seed=8))
+    assert not cmp.settings_recorded
+    assert "settings: not recorded by both runs" in text_report(cmp)
+
+
+def test_compare_json_is_what_the_text_says(tmp_path: Path):
+    import json
+
+    for name, res in (("a", settings_run(2_000_000, 3, "default", "x")),
+                      ("b", settings_run(1_000_000, 1, "--quick", "y"))):
+        write_results(res, tmp_path / name)
+    proc = subprocess.run([sys.executable, "-m", "ptlab", "compare", "--json",
+                           str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    [cmp] = json.loads(proc.stdout)
+    assert cmp["workload_warning"].startswith("warning: the runs' workloads differ")
+    assert {d["key"] for d in cmp["setting_diffs"]} == {"experiment.repetitions",
+                                                         "workloads.bulk.size"}
+    assert [(c["transport"], c["censor"], c["status_changed"]) for c in cmp["cells"]] == [
+        ("obfs4", "none", False), ("obfs4", "gfw-fet", False)]

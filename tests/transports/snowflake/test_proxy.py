@@ -243,6 +243,7 @@ def test_sigterm_stops_the_proxy_cleanly(workers):
     import signal
     import subprocess
     import sys
+    import threading
     import time
     from pathlib import Path
 
@@ -253,17 +254,30 @@ def test_sigterm_stops_the_proxy_cleanly(workers):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=Path(__file__).resolve().parents[3])
     children: list[str] = []
+    lines: list[str] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
     try:
-        time.sleep(2.5)  # started, and polling the absent broker
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        assert len(children) == (0 if workers == 1 else workers)
+        # Started (its log says so, with its workers up), not a guess at how long a
+        # loaded machine takes to get there.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            if (any("proxy starting" in line for line in lines)
+                    and len(children) == (0 if workers == 1 else workers)):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "".join(lines)[-2000:]
+        assert len(children) == (0 if workers == 1 else workers), "".join(lines)[-2000:]
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
+        proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
+    reader.join(timeout=5)
+    err = "".join(lines)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert f"{workers} worker process" in err
