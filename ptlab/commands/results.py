@@ -47,6 +47,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """``ptlab merge DIR… --out OUT``: shards of one run joined into one."""
+    from ..experiment.merge import merge_into
+    from ..output.report import render_report
+    from ..output.runindex import write_index
+
+    out = Path(args.out)
+    results = merge_into([Path(d) for d in args.runs], out, args.force)
+    print(f"merged {len(args.runs)} shards: {len(results.rows)} cells in {out}")
+    print(f"report: {render_report(out)}")
+    write_index(out.resolve().parent)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from ..common.results import load_results
     from ..output.report import render_report
@@ -72,6 +86,17 @@ def add_parser(sub: Subparsers) -> None:
                      help="exit 1 if any cell changed status (for CI)")
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.set_defaults(fn=cmd_compare)
+
+    merge = sub.add_parser("merge", help="join the shards of one run (run --shard K/N)",
+                           description="Join the results of 'ptlab run --shard K/N' jobs "
+                                       "into one results directory, with its report. The "
+                                       "shards must have run the same spec with the same "
+                                       "settings and code, and no cell twice.")
+    merge.add_argument("runs", nargs="+", metavar="DIR", help="the shards' results")
+    merge.add_argument("--out", required=True, help="the merged results directory")
+    merge.add_argument("--force", action="store_true",
+                       help="merge even if the spec, settings or code differ")
+    merge.set_defaults(fn=cmd_merge)
 
     runs = sub.add_parser("runs", help="list the runs under a results directory",
                           description="List every run under a results directory, newest "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from netns.sh import require_root, require_tools
 
+from ..common.specfile import SpecError
 from .common import (
     DEFAULT_SPEC,
     EXIT_HELP,
@@ -21,6 +22,7 @@ from .common import (
     load_run_spec,
     make_quick,
     new_run_dir,
+    results_root,
     run_exit_status,
     term_to_exit,
     wide_console,
@@ -28,25 +30,68 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from ..common.results import Results
     from ..experiment.spec import Spec
+
+
+def apply_options(spec: Spec, args: argparse.Namespace) -> None:
+    """The command line's changes to a spec: --quick, --repetitions and the cell
+    selection, each recorded as the option's doing."""
+    from ..experiment.selection import Selection, parse_shard
+
+    if args.quick:
+        make_quick(spec)
+    if args.repetitions is not None:
+        if not 1 <= args.repetitions <= 100:
+            raise SpecError("--repetitions: must be between 1 and 100")
+        spec.override("experiment.repetitions", args.repetitions, "--repetitions")
+    spec.selection = Selection(tuple(args.transport or ()), tuple(args.censor or ()),
+                               args.keyword, parse_shard(args.shard) if args.shard else None)
+    spec.selection.check(list(spec.transports), list(spec.censors))
+
+
+def resume_from(spec: Spec, directory: Path, force: bool) -> Results:
+    """The results of an interrupted run to finish: refused in one line when this run
+    would not be the same one (spec, settings, selection, code), unless forced."""
+    from ..common.results import git_state, load_results
+    from ..experiment.run import run_settings
+
+    try:
+        prior = load_results(directory)
+    except FileNotFoundError:
+        raise SpecError(f"--resume {directory}: no results.json there") from None
+    except ValueError as exc:
+        raise SpecError(f"--resume {directory}: {exc}") from None
+    settings = run_settings(spec, prior.settings.get("run.timeout_scale", 1.0))[0]
+    sha = git_state()[0]
+    differences = [what for what, same in (
+        ("the spec", prior.spec == spec.raw),
+        ("the settings", prior.settings == settings),
+        ("the cell selection", prior.selection == spec.selection.to_json()),
+        (f"the code (it ran {prior.provenance.get('git_sha')}, this is {sha})",
+         prior.provenance.get("git_sha") == sha)) if not same]
+    if differences and not force:
+        raise SpecError(f"--resume {directory}: {', '.join(differences)} differ from the "
+                        "run it holds (--force resumes anyway)")
+    return prior
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..experiment.run import run_experiment
 
     spec = load_run_spec(args.spec)
+    apply_options(spec, args)
     if args.check:
         return check_spec(spec, args.json)
     for warning in spec.warnings if not args.quick else []:
         print(f"ptlab: warning: {warning}", file=sys.stderr)
-    if args.quick:
-        make_quick(spec)
+    prior = resume_from(spec, Path(args.resume), args.force) if args.resume else None
     require_root()
     require_tools("ip", "nft", "tc", "tcpdump")
-    out = Path(args.results) if args.results else new_run_dir()
+    out = Path(args.resume or args.results or new_run_dir())
     console = wide_console()
     term_to_exit()
-    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id)
+    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id, prior=prior)
     console.print(f"report: [bold]{outcome.report}[/]")
     write_junit(outcome, spec, args.junit)
     return run_exit_status(outcome)
@@ -58,7 +103,7 @@ def check_report(spec: Spec) -> dict[str, Any]:
     the tools found here cannot run."""
     from censor_sim.profile import ProfileError, load_profile
 
-    from ..common.specfile import SpecError
+    from ..experiment.cost import estimate
     from ..experiment.scoring import BASELINE
 
     rows = spec.rows()
@@ -81,21 +126,24 @@ def check_report(spec: Spec) -> dict[str, Any]:
             continue
         if reason:
             skipped[row.name] = reason
-    matrix = len(spec.transports) * len(spec.censors)
-    # The no-censor baseline runs for every row, as a cell of its own unless the
-    # spec has the none column already.
-    baselines = 0 if BASELINE in spec.censors else len(spec.transports)
+    cells = spec.selected_cells()
+    # The no-censor baseline runs for every selected row, as a cell of its own
+    # unless the selection has that row's none cell already.
+    baselines = [t for t in dict.fromkeys(t for t, _ in cells) if (t, BASELINE) not in cells]
+    cost = estimate(spec, cells, baselines, results_root())
     return {"spec": str(spec.path), "ok": True, "transports": list(spec.transports),
-            "censors": list(spec.censors), "matrix_cells": matrix,
-            "baseline_cells": baselines, "cells": matrix + baselines,
+            "censors": list(spec.censors), "matrix_cells": len(spec.cells()),
+            "selected_cells": len(cells), "baseline_cells": len(baselines),
+            "cells": len(cells) + len(baselines), "selection": spec.selection.to_json(),
             "repetitions": spec.repetitions, "settings": spec.settings(),
-            "warnings": warnings, "skipped": skipped}
+            "estimated_seconds": round(cost.seconds, 1),
+            "estimated_from": {"earlier_runs": cost.from_history,
+                               "workloads": cost.from_workloads},
+            "estimate": cost.text(), "warnings": warnings, "skipped": skipped}
 
 
 def check_spec(spec: Spec, as_json: bool = False) -> int:
     """``ptlab run --check``: one line per finding, or one JSON object."""
-    from ..common.specfile import SpecError
-
     try:
         report = check_report(spec)
     except SpecError as exc:
@@ -108,8 +156,12 @@ def check_spec(spec: Spec, as_json: bool = False) -> int:
         return EXIT_OK
     extra = (f" (+{report['baseline_cells']} no-censor baselines)"
              if report["baseline_cells"] else "")
+    chosen = ("" if spec.selection.is_all
+              else f"; {report['selected_cells']} selected")
     print(f"{spec.path}: ok: {len(spec.transports)} transports x {len(spec.censors)} censors "
-          f"= {report['matrix_cells']} cells{extra}, {spec.repetitions} repetitions each")
+          f"= {report['matrix_cells']} cells{chosen}{extra}, {spec.repetitions} "
+          "repetitions each")
+    print(report["estimate"])
     for warning in report["warnings"]:
         print(f"warning: {warning}")
     for name, reason in report["skipped"].items():
@@ -129,6 +181,23 @@ def add_parser(sub: Subparsers) -> None:
     r.add_argument("--quick", action="store_true",
                    help="one repetition and a small bulk size (CI's quick form)")
     r.add_argument("--lab-id", help="lab id to use (1-4 of a-z0-9; default random)")
+    r.add_argument("-t", "--transport", action="append", metavar="ROW",
+                   help="run only this row (repeatable)")
+    r.add_argument("-c", "--censor", action="append", metavar="COLUMN",
+                   help="run only this censor column (repeatable)")
+    r.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="run only the cells whose names match, as pytest's -k: names "
+                        "joined by and/or/not, each a substring of the row, the column, "
+                        "its profile or ROW-COLUMN")
+    r.add_argument("--repetitions", type=int, metavar="N",
+                   help="repetitions per cell, instead of the spec's")
+    r.add_argument("--shard", metavar="K/N",
+                   help="run only shard K of N of the selected cells (a job array's "
+                        "part; 'ptlab merge' joins the shards' results)")
+    r.add_argument("--resume", metavar="DIR",
+                   help="finish the interrupted run in DIR: only the cells it lacks")
+    r.add_argument("--force", action="store_true",
+                   help="--resume even if the spec, settings, selection or code differ")
     r.add_argument("--junit", metavar="FILE",
                    help="also write the cells as JUnit XML, one test case each (for CI)")
     r.add_argument("--json", action="store_true", help="--check: print one JSON object")

@@ -171,6 +171,9 @@ class Results:
     # where each came from ("spec", "default", "--quick", ...).
     settings: dict[str, Any] = field(default_factory=dict)
     setting_origins: dict[str, str] = field(default_factory=dict)
+    # Which cells the run ran, when not all (-t, -c, -k, --shard): a partial run
+    # must not pass for a whole one.
+    selection: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, schema version first so a reader sees it at once."""
@@ -182,6 +185,7 @@ class Results:
             "spec": self.spec,
             "settings": self.settings,
             "setting_origins": self.setting_origins,
+            "selection": self.selection,
             "provenance": self.provenance,
             "rows": [r.to_dict() for r in self.rows],
         }
@@ -208,6 +212,7 @@ class Results:
                 spec=d.get("spec", {}),
                 settings=d.get("settings", {}),
                 setting_origins=d.get("setting_origins", {}),
+                selection=d.get("selection", {}),
                 provenance=d.get("provenance", {}),
                 rows=[Row.from_dict(r) for r in d.get("rows", [])],
             )

@@ -33,19 +33,26 @@ class Outcome:
 
 
 def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
-                   capture: bool = True, runner: LabRunner | None = None) -> Outcome:
+                   capture: bool = True, runner: LabRunner | None = None,
+                   prior: Results | None = None) -> Outcome:
     """Run `spec` and write results.json, results.csv and report.html to `out_dir`.
 
     `runner` runs the cells: by default the namespace lab; ``ptlab vm run``
-    passes a :class:`ptlab.vm.runner.VmRunner` for the three machines.
+    passes a :class:`ptlab.vm.runner.VmRunner` for the three machines. With
+    `prior` (``ptlab run --resume``), the cells it holds are kept, not run again,
+    and its rows' no-censor baselines stand for their transports.
     """
-    started, t0 = now_iso(), time.monotonic()
-    cells = spec.cells()
+    started, t0 = (prior.started if prior else now_iso()), time.monotonic()
+    kept = list(prior.rows) if prior else []
+    done_cells = {(r.transport, r.censor) for r in kept}
+    cells = [c for c in spec.selected_cells() if c not in done_cells]
     log = console.print if console else print
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
     rows = spec.rows()
     peers = sorted(set(PEER_BINARIES) | {b for r in rows for b in r.plugin.peer_binaries()})
     runner = runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
+    runner.adopt_baselines(kept)
+    order = {cell: i for i, cell in enumerate(spec.cells())}
     with progress(console) as bar:
         task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
         with runner:
@@ -61,13 +68,18 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             prov["censors"] = censor_columns(spec)
             prov["tools"] = tool_builds(spec)
             settings, origins = run_settings(spec, runner.backend.timeout_scale)
+            if prior is not None:
+                prov["resumed"] = [*prior.provenance.get("resumed", []), now_iso()]
             done: list = []
 
             def results_so_far(rows: list) -> Results:
+                every = sorted([*kept, *rows],
+                               key=lambda r: order.get((r.transport, r.censor), len(order)))
                 return Results(started=started, finished=now_iso(),
                                spec_path=str(spec.path or ""), spec=spec.raw,
                                settings=settings, setting_origins=origins,
-                               provenance=prov, rows=rows)
+                               selection=spec.selection.to_json(), provenance=prov,
+                               rows=every)
 
             def on_row(row) -> None:
                 bar.advance(task)
@@ -76,7 +88,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                 done.append(row)
                 write_results(results_so_far(done), out_dir)
 
-            measured = runner.run_matrix(on_row)
+            measured = runner.run_matrix(on_row, cells)
     results = results_so_far(measured)
     write_results(results, out_dir)
     report = render_report(out_dir)
@@ -85,9 +97,9 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
         print_results(results, console)
     failed = [f"{r.transport} × {r.censor}: expected {r.expectation}, got {r.status}"
               + (f" ({r.error})" if r.error else "")
-              for r in measured if r.expectation_met is False]
+              for r in results.rows if r.expectation_met is False]
     errors = [f"{r.cell}: {r.error or 'no reason recorded'}"
-              for r in measured if r.status == "ERROR"]
+              for r in results.rows if r.status == "ERROR"]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
                    runner.integrity_failures, errors, runner.corrupted_cells)
 

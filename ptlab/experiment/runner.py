@@ -130,11 +130,14 @@ class LabRunner:
 
     # --- cells ----------------------------------------------------------------
 
-    def run_matrix(self, on_row=None) -> list[Row]:
+    def run_matrix(self, on_row=None, cells: list[tuple[str, str]] | None = None) -> list[Row]:
+        """Run `cells` (by default the spec's selection) row by row, each row's
+        no-censor column first, and apply the expectations."""
         rows: list[Row] = []
         t0 = time.monotonic()
-        for transport in self.spec.transports:
-            columns = list(self.spec.censors)
+        cells = self.spec.selected_cells() if cells is None else cells
+        for transport in dict.fromkeys(t for t, _ in cells):
+            columns = [c for t, c in cells if t == transport]
             if BASELINE in columns:
                 columns.remove(BASELINE)
                 columns.insert(0, BASELINE)
@@ -149,6 +152,15 @@ class LabRunner:
                 if on_row:
                     on_row(row)
         return rows
+
+    def adopt_baselines(self, rows: list[Row]) -> None:
+        """Take earlier no-censor cells as the baselines of their transports (a run
+        resumed from its results): their benign failures still excuse, and they
+        are not measured again."""
+        for row in rows:
+            if row.censor == BASELINE and row.transport not in self.baselines:
+                self.baselines[row.transport] = scoring.as_baseline(row)
+                self.baseline_benign_failures[row.transport] = set(row.benign_lab_failures)
 
     def baseline(self, row: TransportRow) -> Row:
         """`row` with no censor, measured once per transport."""

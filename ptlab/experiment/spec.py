@@ -18,6 +18,7 @@ from .. import plugins
 from ..common.specfile import SpecError, flatten_keys, read_toml
 from ..plugins.base import LabPlugin
 from ..plugins.external import ExternalPlugin, TemplateError
+from .selection import Selection
 
 # What a spec may expect of a cell (ERROR is never an expectation: it means the lab failed).
 EXPECTABLE = ("reachable", "blocked")
@@ -73,9 +74,17 @@ class Spec:
     # Settings changed after the spec was read, by key path: what changed them
     # ("--quick", "--repetitions"), so results say where each value came from.
     overridden: dict[str, str] = field(default_factory=dict)
+    # Which cells a run runs (-t, -c, -k, --shard): all by default.
+    selection: Selection = field(default_factory=Selection)
 
     def cells(self) -> list[tuple[str, str]]:
+        """Every cell of the matrix, whatever the selection."""
         return [(t, c) for t in self.transports for c in self.censors]
+
+    def selected_cells(self) -> list[tuple[str, str]]:
+        """The cells a run of this spec runs, in order: the selection's."""
+        profiles = {c: self.censor_profile(c)[0] for c in self.censors}
+        return self.selection.cells(list(self.transports), list(self.censors), profiles)
 
     def settings(self) -> dict[str, Any]:
         """Every experiment, topology and workload setting this spec runs with, by its

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..common.results import RESULTS_JSON, load_results
+from ..common.results import RESULTS_JSON, Results, load_results
 
 INDEX_HTML = "index.html"
 
@@ -70,6 +70,17 @@ def summarise(directory: Path, root: Path) -> RunSummary:
         git_sha=str(res.provenance.get("git_sha", "unknown")),
         git_dirty=res.provenance.get("git_dirty"),
         has_report=(directory / "report.html").exists())
+
+
+def find_run_results(root: Path) -> list[Results]:
+    """Every readable run under `root` (any depth); unreadable ones are passed over."""
+    out = []
+    for path in sorted(root.rglob(RESULTS_JSON)):
+        try:
+            out.append(load_results(path.parent))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def find_runs(root: Path) -> list[RunSummary]:
