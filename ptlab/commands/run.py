@@ -41,6 +41,8 @@ def apply_options(spec: Spec, args: argparse.Namespace) -> None:
 
     if args.quick:
         make_quick(spec)
+    if args.jobs is not None and not 1 <= args.jobs <= 64:
+        raise SpecError("--jobs: must be between 1 and 64")
     if args.repetitions is not None:
         if not 1 <= args.repetitions <= 100:
             raise SpecError("--repetitions: must be between 1 and 100")
@@ -62,11 +64,13 @@ def resume_from(spec: Spec, directory: Path, force: bool) -> Results:
         raise SpecError(f"--resume {directory}: no results.json there") from None
     except ValueError as exc:
         raise SpecError(f"--resume {directory}: {exc}") from None
-    settings = run_settings(spec, prior.settings.get("run.timeout_scale", 1.0))[0]
+    # What the spec and the command line set; not how the run was spread (run.*).
+    settings = {k: v for k, v in run_settings(spec, 1.0)[0].items() if not k.startswith("run.")}
+    before = {k: v for k, v in prior.settings.items() if not k.startswith("run.")}
     sha = git_state()[0]
     differences = [what for what, same in (
         ("the spec", prior.spec == spec.raw),
-        ("the settings", prior.settings == settings),
+        ("the settings", before == settings),
         ("the cell selection", prior.selection == spec.selection.to_json()),
         (f"the code (it ran {prior.provenance.get('git_sha')}, this is {sha})",
          prior.provenance.get("git_sha") == sha)) if not same]
@@ -91,7 +95,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.resume or args.results or new_run_dir())
     console = wide_console()
     term_to_exit()
-    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id, prior=prior)
+    executor = None
+    if args.executor == "dask" or (args.jobs or 1) > 1:
+        from ..experiment.executors import DaskExecutor
+
+        if args.executor == "dask" and not args.scheduler:
+            return die("--executor dask needs --scheduler tcp://HOST:PORT")
+        executor = (DaskExecutor(spec, out, scheduler=args.scheduler)
+                    if args.executor == "dask" else DaskExecutor(spec, out, jobs=args.jobs))
+    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id, prior=prior,
+                             executor=executor)
     console.print(f"report: [bold]{outcome.report}[/]")
     write_junit(outcome, spec, args.junit)
     return run_exit_status(outcome)
@@ -198,6 +211,15 @@ def add_parser(sub: Subparsers) -> None:
                    help="finish the interrupted run in DIR: only the cells it lacks")
     r.add_argument("--force", action="store_true",
                    help="--resume even if the spec, settings, selection or code differ")
+    r.add_argument("--jobs", type=int, metavar="N",
+                   help="run N labs at once on this machine, each with its own id and "
+                        "namespaces (goodput and latency are then marked as measured "
+                        "under contention)")
+    r.add_argument("--executor", choices=("serial", "dask"), default="serial",
+                   help="dask: run the cells on an existing Dask cluster (--scheduler); "
+                        "each worker a root machine where scripts/setup ran")
+    r.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="the Dask scheduler of --executor dask")
     r.add_argument("--junit", metavar="FILE",
                    help="also write the cells as JUnit XML, one test case each (for CI)")
     r.add_argument("--json", action="store_true", help="--check: print one JSON object")

@@ -16,6 +16,7 @@ from ..common.specfile import flatten_keys
 from ..output.report import render_report
 from ..output.runindex import write_index
 from ..output.terminal import print_results, progress
+from .executors import CellExecutor, DaskExecutor, SerialExecutor
 from .runner import LabRunner
 from .spec import Spec
 
@@ -34,13 +35,15 @@ class Outcome:
 
 def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
                    capture: bool = True, runner: LabRunner | None = None,
-                   prior: Results | None = None) -> Outcome:
+                   prior: Results | None = None,
+                   executor: CellExecutor | None = None) -> Outcome:
     """Run `spec` and write results.json, results.csv and report.html to `out_dir`.
 
-    `runner` runs the cells: by default the namespace lab; ``ptlab vm run``
-    passes a :class:`ptlab.vm.runner.VmRunner` for the three machines. With
-    `prior` (``ptlab run --resume``), the cells it holds are kept, not run again,
-    and its rows' no-censor baselines stand for their transports.
+    `executor` runs the cells: by default one lab here, through `runner` (the
+    namespace lab unless ``ptlab vm run`` passes a
+    :class:`ptlab.vm.runner.VmRunner`); a :class:`DaskExecutor` runs them on many
+    labs. With `prior` (``ptlab run --resume``), the cells it holds are kept, not
+    run again, and its rows' no-censor baselines stand for their transports.
     """
     started, t0 = (prior.started if prior else now_iso()), time.monotonic()
     kept = list(prior.rows) if prior else []
@@ -50,24 +53,25 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
     rows = spec.rows()
     peers = sorted(set(PEER_BINARIES) | {b for r in rows for b in r.plugin.peer_binaries()})
-    runner = runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log)
-    runner.adopt_baselines(kept)
+    executor = executor or SerialExecutor(
+        runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log))
+    executor.adopt_baselines(kept)
     order = {cell: i for i, cell in enumerate(spec.cells())}
     with progress(console) as bar:
         task = bar.add_task(f"{spec.name}: starting the lab", total=len(cells))
-        with runner:
-            bar.update(task, description=f"{spec.name}: {runner.describe()} up, "
-                                         f"RTT {runner.rtt_ms} ms")
+        with executor:
+            bar.update(task, description=f"{spec.name}: {executor.describe()}")
 
             prov = provenance({"experiment": spec.seed}, profile_files, peers)
             # What each row runs (whose implementation, which stacks), for the report.
             prov["transports"] = {r.name: r.plugin.description for r in rows}
-            prov["machines"] = runner.backend.machines_label  # the namespace lab, or ptlab vm's
-            if getattr(runner.lab, "id", None):
-                prov["lab_id"] = runner.lab.id  # differs every run: compare ignores it
+            prov["machines"] = executor.machines_label  # no id: compare ignores nothing
+            if executor.lab_ids:
+                prov["lab_id"] = ",".join(executor.lab_ids)  # differs every run
             prov["censors"] = censor_columns(spec)
             prov["tools"] = tool_builds(spec)
-            settings, origins = run_settings(spec, runner.backend.timeout_scale)
+            settings, origins = run_settings(spec, executor.timeout_scale,
+                                             executor.labs_at_once)
             if prior is not None:
                 prov["resumed"] = [*prior.provenance.get("resumed", []), now_iso()]
             done: list = []
@@ -88,7 +92,11 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                 done.append(row)
                 write_results(results_so_far(done), out_dir)
 
-            measured = runner.run_matrix(on_row, cells)
+            measured = executor.run(cells, on_row)
+            if isinstance(executor, DaskExecutor):
+                prov["workers"] = sorted(executor.workers)
+                if executor.lab_ids:
+                    prov["lab_id"] = ",".join(executor.lab_ids)
     results = results_so_far(measured)
     write_results(results, out_dir)
     report = render_report(out_dir)
@@ -101,15 +109,20 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
     errors = [f"{r.cell}: {r.error or 'no reason recorded'}"
               for r in results.rows if r.status == "ERROR"]
     return Outcome(results, out_dir, report, time.monotonic() - t0, failed,
-                   runner.integrity_failures, errors, runner.corrupted_cells)
+                   executor.integrity_failures, errors, executor.corrupted_cells)
 
 
-def run_settings(spec: Spec, timeout_scale: float) -> tuple[dict[str, Any], dict[str, str]]:
-    """The run's effective settings and their origins: the spec's, and how much the
-    backend stretched the workloads' timeouts (1 on this machine's namespaces)."""
+def run_settings(spec: Spec, timeout_scale: float,
+                 labs_at_once: int = 1) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run's effective settings and their origins: the spec's, how much the
+    backend stretched the workloads' timeouts (1 on this machine's namespaces),
+    and how many labs measured at once on one machine (above 1, goodput and
+    latency were measured under contention)."""
     settings, origins = spec.settings(), spec.setting_origins()
     settings["run.timeout_scale"] = timeout_scale
     origins["run.timeout_scale"] = "backend"
+    settings["run.labs_at_once"] = labs_at_once
+    origins["run.labs_at_once"] = "executor"
     return settings, origins
 
 

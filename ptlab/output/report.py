@@ -135,6 +135,12 @@ def _context_html(results: Results) -> str:
     }
     parts.append(f"<table>{_kv_rows(facts)}</table>")
     parts.append(_settings_html(results))
+    labs = results.settings.get("run.labs_at_once", 1)
+    if isinstance(labs, int) and labs > 1:
+        parts.append(f'<p class="warn">{labs} labs measured at once on one machine: '
+                     "goodput and latency were measured under contention for its CPUs. "
+                     "Statuses, detections and collateral are a serial run's; compare "
+                     "speeds with a serial run's only.</p>")
     if not topo.get("rate_mbit"):
         parts.append('<p class="warn">The link is unshaped: goodput measures how fast this '
                      "machine's CPU moves bytes through each transport, not a network. "

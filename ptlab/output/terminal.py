@@ -40,6 +40,10 @@ def results_table(results: Results) -> Table:
     intervals and n, the benign classes broken, the transport's detection."""
     rtts = results.rtts_ms()
     caption = "RTT " + ", ".join(f"{x:g} ms" for x in rtts) if rtts else "RTT not recorded"
+    labs = results.settings.get("run.labs_at_once", 1)
+    if isinstance(labs, int) and labs > 1:
+        caption += (f"; {labs} labs at once: goodput and latency measured under "
+                    "contention")
     if any(r.latency_ci_level is not None and r.latency_ci_level < 0.95 for r in results.rows):
         caption += ("; latency CIs are 95 % unless marked (e.g. 75 % CI): too few samples "
                     "for a 95 % interval of the median")
