@@ -126,7 +126,8 @@ def udp_bound(host: str, port: int, pid: int, proc: Path = PROC) -> bool:
         mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
         if ip.is_unspecified or ip == want or mapped == want:
             candidates.add(inode)
-    return bool(candidates & socket_inodes(process_tree(pid, proc), proc))
+    # Whose sockets they are only matters once the port is bound at all.
+    return bool(candidates) and bool(candidates & socket_inodes(process_tree(pid, proc), proc))
 
 
 def probe_passes(cmd: list[str], timeout: float) -> bool:

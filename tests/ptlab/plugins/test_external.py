@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
@@ -562,3 +564,23 @@ def test_a_udp_server_that_never_binds_is_an_error_that_says_so(lab):
                           "1s; to wait for something else, set server_ready = \"REGEX\" (a line "
                           "of its log) or server_probe = \"COMMAND\" (exits 0 once it is ready); "
                           "ready_timeout_s (now 1) gives it longer")
+
+
+_KEYS = st.sampled_from(["server", "client", "server_probe", "client_probe", "server_port",
+                         "server_proto", "mode", "server_ready"])
+_VALUES = st.one_of(st.text(max_size=40), st.integers(-5, 70000), st.booleans(),
+                    st.sampled_from(["{target}", "{local_port}", "{socks_port}", "{config.x}",
+                                     "{tool.sing-box}", "{tool.}", "{", "}", "'", "forward",
+                                     "tunnel", "udp", "{server_port!r}", "{target:>9}"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=5))
+def test_any_row_is_loaded_or_refused_in_one_line_naming_its_key(change):
+    """Whatever a row holds, the spec loads or fails with a SpecError naming the
+    row's key path: never another exception."""
+    try:
+        parse_spec(spec_with({**FWD, **change}))
+    except SpecError as exc:
+        assert str(exc).startswith("spec: transports.mytool"), exc
+        assert "\n" not in str(exc)
