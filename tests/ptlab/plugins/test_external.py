@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netns.errors import LabError
 from netns.process import wait_for_log
