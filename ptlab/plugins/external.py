@@ -20,8 +20,8 @@ the lab routes the workloads into its tun device). ``server_port`` and
 ``server_proto`` say where the server listens (default TCP 9850), so a tool
 that must sit on UDP 443 names no port in its templates.
 
-:data:`PLACEHOLDERS` lists every placeholder with what fills it (the unknown-
-placeholder error and docs/lab/transports.md §7.1 give the same list), plus
+:data:`PLACEHOLDERS` lists every placeholder (the unknown-placeholder error
+and docs/lab/transports.md §7.1 give the same list), plus
 ``{config.NAME}`` (the path of config file NAME, rendered from
 ``[transports.X.configs]`` with the same placeholders) and ``{tool.NAME}`` (a
 tool's path as :mod:`ptlab.common.tools` finds it; ``needs_tags`` skips the
@@ -69,28 +69,13 @@ KEYS = {"kind", "mode", "description", "server", "client", "configs", "binaries"
         "server_port", "server_proto", "server_ready", "client_ready", "server_probe",
         "client_probe", "ready_timeout_s", "bootstrap_floor_s", "needs_tags",
         "lab_cert_names"}
-#: Every placeholder a template may use, with what fills it (the unknown-placeholder
-#: error lists these; docs/lab/transports.md §7.1 is the same table).
-PLACEHOLDERS = {
-    "server_host": "the bridge's address",
-    "server_port": f"the server's port (server_port, default {SERVER_PORT})",
-    "socks_host": "socks mode: the client's SOCKS5 address",
-    "socks_port": "socks mode: the client's SOCKS5 port",
-    "local_host": "forward mode: the client's forwarded address",
-    "local_port": "forward mode: the client's forwarded port",
-    "target": "{target_host}:{target_port}",
-    "target_host": "the web server the workloads fetch from",
-    "target_port": "its port",
-    "secret": "a random secret per cell", "uuid": "the secret as a UUID",
-    "secret_b64": "the secret's 16 bytes in base64",
-    "state": "the row's directory in the cell",
-    "lab_ca": "the lab CA's certificate",
-    "lab_cert": "a certificate from the lab CA", "lab_key": "its key",
-    "tun_dev": "tunnel mode: the side's tun device",
-    "tun_server": "tunnel mode: the server's tunnel address",
-    "tun_client": "tunnel mode: the client's tunnel address",
-    "dns_host": "the lab resolver", "tunnel_domain": "the zone it delegates to the server",
-}
+#: Every placeholder a template may use (the unknown-placeholder error lists them;
+#: docs/lab/transports.md §7.1 says what fills each, and a test keeps the two equal).
+PLACEHOLDERS = frozenset({
+    "server_host", "server_port", "socks_host", "socks_port", "local_host", "local_port",
+    "target", "target_host", "target_port", "secret", "uuid", "secret_b64", "state",
+    "lab_ca", "lab_cert", "lab_key", "tun_dev", "tun_server", "tun_client", "dns_host",
+    "tunnel_domain"})
 #: The forms with a name after the dot; the error lists them after PLACEHOLDERS.
 NAMED_PLACEHOLDERS = ("config.NAME", "tool.NAME")
 # Placeholders that belong to one mode only: in another they would name a port
@@ -115,12 +100,21 @@ def placeholders(template: str, where: str) -> set[str]:
 
 
 def _fields(template: str, where: str) -> list[str]:
-    """The placeholders ``template`` uses, each once, in the order they first appear."""
+    """The placeholders ``template`` uses, each once, in the order they first appear.
+    A conversion or format spec that no filled-in value (a string) takes, such as
+    ``{server_port:d}``, is refused here rather than when a cell fills it in."""
+    formatter = string.Formatter()
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec, conv) for _, f, spec, conv in formatter.parse(template)
+                  if f is not None]
+        for field, spec, conv in parsed:
+            try:
+                format(formatter.convert_field("x", conv), spec or "")
+            except ValueError as exc:
+                raise ValueError(f"{{{field}}}: {exc}") from None
     except ValueError as exc:
         raise TemplateError(f"{where}: {exc}") from None
-    return list(dict.fromkeys(fields))
+    return list(dict.fromkeys(f for f, _, _ in parsed))
 
 
 def known_placeholders(configs: set[str]) -> str:
