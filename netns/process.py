@@ -22,9 +22,11 @@ from .sh import which
 
 def wait_for_log(name: str, log_text: Callable[[], str], running: Callable[[], bool],
                  predicate: Callable[[str], bool], timeout: float, what: str,
-                 interval: float = 0.02, status: Callable[[], object] = lambda: "?") -> None:
+                 interval: float = 0.02, status: Callable[[], object] = lambda: "?",
+                 hint: str = "") -> None:
     """Poll a process's log until predicate(text) holds. LabError, with the log's
-    last lines, if the process dies first or `timeout` passes."""
+    last lines, if the process dies first, or, with `hint` (what would change the
+    wait), if `timeout` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate(log_text()):
@@ -33,7 +35,7 @@ def wait_for_log(name: str, log_text: Callable[[], str], running: Callable[[], b
             tail = " | ".join(log_text().strip().splitlines()[-3:])
             raise LabError(f"{name} exited (status {status()}) before {what}: {tail}")
         time.sleep(interval)
-    raise LabError(f"{name} not {what} after {timeout:.0f}s")
+    raise LabError(f"{name} not {what} after {timeout:.0f}s" + (f"; {hint}" if hint else ""))
 
 
 class LabProcess:
@@ -85,15 +87,20 @@ class LabProcess:
         except OSError:
             return ""
 
-    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str) -> None:
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str,
+                 hint: str = "") -> None:
         """Wait until predicate(log text) holds; fail if the process dies or time runs out."""
         wait_for_log(self.name, lambda: self.log_text(this_run_only=True), self.running,
                      predicate, timeout, what,
-                     status=lambda: self.proc.returncode if self.proc else "?")
+                     status=lambda: self.proc.returncode if self.proc else "?", hint=hint)
 
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
+    def wait_log(self, pattern: str, timeout: float = 10.0, what: str | None = None,
+                 hint: str = "") -> None:
+        """Wait for ``pattern`` in the log; ``what`` says what that means in the
+        error (default: the pattern), ``hint`` what would change it."""
         rx = re.compile(pattern)
-        self.wait_for(lambda text: bool(rx.search(text)), timeout, f"ready (/{pattern}/)")
+        self.wait_for(lambda text: bool(rx.search(text)), timeout,
+                      what or f"ready (/{pattern}/)", hint)
 
     def stop(self, timeout: float = 3.0) -> int | None:
         """SIGTERM the process group, then SIGKILL it; return the leader's exit status.

@@ -116,7 +116,7 @@ class NamespaceBackend(LabBackend):
         p = LabProcess(self.lab.ns(svc.role), svc.argv, svc.name,
                        cell_dir / f"{svc.name}.log", env=svc.env).start()
         run.procs.append(p)
-        p.wait_log(svc.ready, svc.ready_timeout_s)
+        p.wait_log(svc.ready, svc.ready_timeout_s, svc.ready_what, svc.ready_hint)
         return p
 
     def start_captures(self, run: CellRun) -> None:

@@ -34,6 +34,10 @@ class Service:
     ready: str = READY_PATTERN
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 15.0
+    # What readiness means, for the timeout's message ("ready (waited for ...)"; by
+    # default the pattern), and a hint that names what changes it.
+    ready_what: str | None = None
+    ready_hint: str = ""
 
 
 @dataclass

@@ -177,13 +177,16 @@ class SshProcess:
             self._last_log = p.stdout
         return self._last_log
 
-    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str) -> None:
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float, what: str,
+                 hint: str = "") -> None:
         wait_for_log(f"{self.name} on {self.host.name}", self.log_text, self.running,
-                     predicate, timeout, what, interval=0.2)
+                     predicate, timeout, what, interval=0.2, hint=hint)
 
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
+    def wait_log(self, pattern: str, timeout: float = 10.0, what: str | None = None,
+                 hint: str = "") -> None:
         rx = re.compile(pattern)
-        self.wait_for(lambda text: bool(rx.search(text)), timeout, f"ready (/{pattern}/)")
+        self.wait_for(lambda text: bool(rx.search(text)), timeout,
+                      what or f"ready (/{pattern}/)", hint)
 
     def cpu_seconds(self) -> float | None:
         """Not measured on the machines: their CPU is emulated, and the figure would

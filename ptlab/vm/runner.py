@@ -228,7 +228,8 @@ class VmBackend(LabBackend):
         host = self.hosts[machine_of(svc.role)]
         p = host.spawn(svc.argv, svc.name, cell_dir / f"{svc.name}.log", env=svc.env)
         run.procs.append(p)
-        p.wait_log(svc.ready, svc.ready_timeout_s * self.machines.slowdown)
+        p.wait_log(svc.ready, svc.ready_timeout_s * self.machines.slowdown, svc.ready_what,
+                   svc.ready_hint)
         return p
 
     def start_captures(self, run: CellRun) -> None:

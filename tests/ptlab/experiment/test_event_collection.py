@@ -33,7 +33,8 @@ class FakeProcess:
     def stop(self, timeout: float = 3.0) -> int | None:
         return 0
 
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> None:
+    def wait_log(self, pattern: str, timeout: float = 10.0, what: str | None = None,
+                 hint: str = "") -> None:
         pass
 
 

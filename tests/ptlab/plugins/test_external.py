@@ -4,6 +4,7 @@ real tool (Debian's shadowsocks-libev) run from command lines alone."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -14,13 +15,23 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netns.errors import LabError
+from netns.process import wait_for_log
 from ptlab import plugins
 from ptlab.common.flowroles import BENIGN_PORTS
+from ptlab.common.wellknown import SERVER_PORT
 from ptlab.experiment.spec import SpecError, parse_spec
 from ptlab.plugins.base import CellContext
-from ptlab.plugins.external import ExternalPlugin
+from ptlab.plugins.external import (
+    LOCAL_HOST,
+    LOCAL_PORT,
+    NAMED_PLACEHOLDERS,
+    PLACEHOLDERS,
+    ExternalPlugin,
+)
 from ptlab.services.ca import LabCA
 from tests.support.extrows import curated, run_row
 
@@ -59,7 +70,27 @@ def test_a_row_whose_client_names_the_resolver_tunnels_through_it():
     ({"server": "ss-server -p {server_port"}, "transports.mytool.server: "),
     ({"server": "ss-server 'unclosed"}, "transports.mytool.server: No closing quotation"),
     ({"clinet": "x"}, "transports.mytool.clinet: unknown key"),
-    ({"mode": "vpn"}, "transports.mytool.mode: 'vpn' is not supported (supported: socks, tunnel)"),
+    ({"mode": "vpn"},
+     "transports.mytool.mode: 'vpn' is not supported (supported: socks, forward, tunnel)"),
+    ({"server_port": 0}, "transports.mytool.server_port: expected a port number (1-65535)"),
+    ({"server_port": 65536}, "transports.mytool.server_port: expected a port number"),
+    ({"server_port": "443"}, "transports.mytool.server_port: expected a port number"),
+    ({"server_port": True}, "transports.mytool.server_port: expected a port number"),
+    ({"server_proto": "quic"},
+     "transports.mytool.server_proto: 'quic' is not supported (supported: tcp, udp)"),
+    ({"server_probe": "nc -z {server_host} {server_port}", "server_ready": "started"},
+     "transports.mytool.server_probe: give server_ready (a line of its log) or server_probe"),
+    ({"client_probe": "probe {nope}"}, "transports.mytool.client_probe: unknown placeholder"),
+    ({"client_probe": "probe 'x"}, "transports.mytool.client_probe: No closing quotation"),
+    ({"mode": "forward"}, "transports.mytool.client: {socks_port} is for mode = \"socks\" "
+                          "only; this row's mode is \"forward\" (a forwarder's clients connect "
+                          "to {local_host}:{local_port}, with no SOCKS)"),
+    ({"client": "fwd -l {local_port}"},
+     "transports.mytool.client: {local_port} is for mode = \"forward\" only"),
+    ({"server": "ss-server -p {server_port:d}"},
+     "transports.mytool.server: {server_port}: Unknown format code 'd'"),
+    ({"server": "ss-server -p {server_port!z}"},
+     "transports.mytool.server: {server_port}: Unknown conversion specifier z"),
     ({"configs": {"c_json": "{{\"port\": {nope}}}"}},
      "transports.mytool.configs.c_json: unknown placeholder {nope}"),
     ({"configs": {"c.json": "x"}}, "transports.mytool.configs.c.json: a config name must"),
@@ -391,3 +422,169 @@ def test_the_tls_in_tls_censor_blocks_shadowsocks_carrying_https_and_no_benign_f
                    benign=True, bootstrap_timeout_s=4.0)
     assert cell.status == "blocked", cell.error
     assert cell.detector == "tls_in_tls" and cell.collateral == 0.0
+
+
+# --- placeholders, server address, readiness (issue 45: bringing your own tool) -------
+
+def test_the_unknown_placeholder_error_lists_every_form_a_template_may_use():
+    row = {**SS, "configs": {"conf": "x"}, "server": "ss-server {sever_port}"}
+    with pytest.raises(SpecError) as exc:
+        parse_spec(spec_with(row))
+    message = str(exc.value)
+    assert "unknown placeholder {sever_port} (did you mean 'server_port'?)" in message
+    for name in [*PLACEHOLDERS, *NAMED_PLACEHOLDERS]:
+        assert "{" + name + "}" in message, name
+    assert "this row's configs: {config.conf}" in message
+
+
+def test_the_docs_table_lists_every_placeholder_and_no_other():
+    """docs/lab/transports.md §7.1 is the user's list: the same as the code's."""
+    docs = Path(__file__).resolve().parents[3] / "docs" / "lab" / "transports.md"
+    text = docs.read_text()
+    table = text[text.index("### 7.1 Placeholders"):text.index("### 7.2")]
+    rows = [line for line in table.splitlines() if line.startswith("| `{")]
+    named = {m for line in rows for m in re.findall(r"`\{([\w.]+)\}`", line.split("|")[1])}
+    assert named == set(PLACEHOLDERS) | set(NAMED_PLACEHOLDERS)
+
+
+def _plugin(row: dict) -> ExternalPlugin:
+    parse_spec(spec_with(row))
+    plugin = plugins.get("mytool")
+    assert isinstance(plugin, ExternalPlugin)
+    return plugin
+
+
+def _ctx(tmp_path: Path, row: dict, upstream=("198.18.5.2", 80)) -> CellContext:
+    return CellContext(lab=_Lab(), workdir=tmp_path, options=row, seed=1,  # type: ignore[arg-type]
+                       upstream=upstream)
+
+
+FWD = {"kind": "external", "mode": "forward", "server_proto": "udp",
+       "server": "fwd-server -l {server_host}:{server_port} -t {target}",
+       "client": "fwd-client -l {local_host}:{local_port} -r {server_host}:{server_port}",
+       "binaries": []}
+
+
+def test_forward_mode_fills_target_and_the_local_port_and_has_no_socks(tmp_path: Path):
+    plugin = _plugin({**FWD, "server_port": 443})
+    ctx = _ctx(tmp_path, FWD)
+    assert plugin._argv("server", ctx) == ["fwd-server", "-l", "198.18.3.2:443",
+                                           "-t", "198.18.5.2:80"]
+    assert plugin._argv("client", ctx) == ["fwd-client", "-l", f"{LOCAL_HOST}:{LOCAL_PORT}",
+                                           "-r", "198.18.3.2:443"]
+    ep = plugin.endpoint(ctx)
+    assert not ep.socks and (ep.target_host, ep.target_port) == (LOCAL_HOST, LOCAL_PORT)
+    # An IPv6 target is written as [V6]:PORT, as tools parse it.
+    v6 = _ctx(tmp_path, FWD, upstream=("2001:db8:5::2", 80))
+    assert plugin._argv("server", v6)[-1] == "[2001:db8:5::2]:80"
+
+
+def test_the_server_port_defaults_to_the_labs_and_follows_the_row(tmp_path: Path):
+    ctx = _ctx(tmp_path, SS)
+    assert _plugin({**SS, "binaries": []})._argv("server", ctx)[4] == str(SERVER_PORT)
+    assert _plugin({**SS, "binaries": [], "server_port": 443})._argv("server", ctx)[4] == "443"
+
+
+def test_a_dns_tunnel_keeps_the_port_the_resolver_delegates_to():
+    with pytest.raises(SpecError, match=r"server_port: the lab resolver delegates "
+                                        r"\{tunnel_domain\} to port 9850"):
+        parse_spec(spec_with({**curated("iodine"), "server_port": 53}))
+
+
+def _ready(plugin: ExternalPlugin, role: str, tmp_path: Path):
+    ctx = _ctx(tmp_path, plugin.options)
+    (svc,) = [s for s in (plugin.servers(ctx) if role == "server" else plugin.clients(ctx))
+              if s.name == f"mytool-{role}"]
+    launch = svc.argv[svc.argv.index("ptlab.processes.extlaunch") + 1:svc.argv.index("--")] \
+        if "ptlab.processes.extlaunch" in svc.argv else []
+    return svc, launch
+
+
+def test_a_tcp_server_is_ready_when_its_port_accepts_and_the_words_say_so(tmp_path: Path):
+    svc, launch = _ready(_plugin({**SS, "binaries": []}), "server", tmp_path)
+    assert launch[:2] == ["--ready-port", "198.18.3.2:9850"]
+    assert svc.ready_what == ("ready (waited for TCP 198.18.3.2:9850 to accept a connection "
+                              "(server_proto = \"tcp\"))")
+    assert svc.ready_hint == ("to wait for something else, set server_ready = \"REGEX\" (a line "
+                              "of its log) or server_probe = \"COMMAND\" (exits 0 once it is "
+                              "ready); ready_timeout_s (now 15) gives it longer")
+
+
+def test_a_udp_server_is_ready_when_its_process_has_bound_the_port_not_by_a_tcp_connect(
+        tmp_path: Path):
+    svc, launch = _ready(_plugin({**FWD, "server_port": 443, "ready_timeout_s": 4}), "server",
+                         tmp_path)
+    assert launch[:2] == ["--ready-udp", "198.18.3.2:443"]
+    assert "--ready-port" not in svc.argv
+    assert svc.ready_what == ("ready (waited for its process to bind UDP 198.18.3.2:443, the "
+                              "check for server_proto = \"udp\")")
+    assert "server_ready" in svc.ready_hint and "(now 4)" in svc.ready_hint
+    # The forwarder's client is ready when its local port accepts.
+    svc, launch = _ready(_plugin(FWD), "client", tmp_path)
+    assert launch[:2] == ["--ready-port", f"{LOCAL_HOST}:{LOCAL_PORT}"]
+    assert "its forwarded port" in str(svc.ready_what)
+
+
+def test_a_rows_log_line_or_probe_replaces_the_default_check(tmp_path: Path):
+    svc, launch = _ready(_plugin({**FWD, "server_ready": "listening on"}), "server", tmp_path)
+    assert launch == [] and svc.ready == "listening on" and svc.argv[0] == "fwd-server"
+    assert svc.ready_what == "ready (waited for a line of its log matching /listening on/ " \
+                             "(server_ready))"
+    assert svc.ready_hint == "fix server_ready, or ready_timeout_s (now 15) gives it longer"
+    svc, launch = _ready(_plugin({**FWD, "server_probe": "probe -u {server_host} {server_port}"}),
+                         "server", tmp_path)
+    assert launch[:2] == ["--ready-cmd", "probe -u 198.18.3.2 9850"]
+    assert "server_probe to exit 0 (probe -u 198.18.3.2 9850)" in str(svc.ready_what)
+
+
+def test_a_tunnel_is_ready_when_its_device_is_up(tmp_path: Path):
+    row = {**curated("wireguard"), "binaries": []}
+    parse_spec({"transports": {"mytool": row}, "censors": {"none": {}}})
+    svc, launch = _ready(plugins.get("mytool"), "server", tmp_path)  # type: ignore[arg-type]
+    assert launch[0] == "--ready-dev" and "tun device" in str(svc.ready_what)
+
+
+def test_a_readiness_timeout_says_what_was_waited_for_and_what_changes_it():
+    with pytest.raises(LabError) as exc:
+        wait_for_log("kcptun-server", lambda: "", lambda: True, lambda text: False, 0.05,
+                     "ready (waited for its process to bind UDP 198.18.3.2:443, the check for "
+                     "server_proto = \"udp\")", hint="set server_ready")
+    assert str(exc.value) == ("kcptun-server not ready (waited for its process to bind UDP "
+                              "198.18.3.2:443, the check for server_proto = \"udp\") after 0s; "
+                              "set server_ready")
+
+
+@pytest.mark.lab
+def test_a_udp_server_that_never_binds_is_an_error_that_says_so(lab):
+    """The default for a UDP row is its bound port, never a TCP connect; the cell's
+    ERROR says what was waited for and which keys change it."""
+    row = {**FWD, "server": "sleep 30 {server_port}", "client": "sleep 30 {local_port}",
+           "binaries": ["sleep"], "ready_timeout_s": 1}
+    cell = run_row(lab, "mytool", row)
+    assert cell.status == "ERROR"
+    bridge = lab.lab.addr("bridge")
+    assert cell.error == (f"mytool-server not ready (waited for its process to bind UDP "
+                          f"{bridge}:{SERVER_PORT}, the check for server_proto = \"udp\") after "
+                          "1s; to wait for something else, set server_ready = \"REGEX\" (a line "
+                          "of its log) or server_probe = \"COMMAND\" (exits 0 once it is ready); "
+                          "ready_timeout_s (now 1) gives it longer")
+
+
+_KEYS = st.sampled_from(["server", "client", "server_probe", "client_probe", "server_port",
+                         "server_proto", "mode", "server_ready"])
+_VALUES = st.one_of(st.text(max_size=40), st.integers(-5, 70000), st.booleans(),
+                    st.sampled_from(["{target}", "{local_port}", "{socks_port}", "{config.x}",
+                                     "{tool.sing-box}", "{tool.}", "{", "}", "'", "forward",
+                                     "tunnel", "udp", "{server_port!r}", "{target:>9}"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=5))
+def test_any_row_is_loaded_or_refused_in_one_line_naming_its_key(change):
+    """Whatever a row holds, the spec loads or fails with a SpecError naming the
+    row's key path: never another exception."""
+    try:
+        parse_spec(spec_with({**FWD, **change}))
+    except SpecError as exc:
+        assert str(exc).startswith("spec: transports.mytool"), exc
+        assert "\n" not in str(exc)

@@ -118,7 +118,9 @@ def test_the_environment_variable_points_rows_at_another_build(tmp_path, monkeyp
 
 @pytest.mark.lab
 @pytest.mark.parametrize("name", ["sb-hysteria2", "sb-vless-vision", "sb-ss2022",
-                                  "sb-shadowtls-ss2022"])
+                                  "sb-shadowtls-ss2022",
+                                  # its port a key (server_port), not in its configs
+                                  "sb-hysteria2-port-evasion"])
 def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     cell = run_row(lab, name, curated(name, SPEC.name), bulk_size=3_000_000)
     assert cell.status == "reachable", cell.error

@@ -130,7 +130,8 @@ class _Waits:
     def __init__(self) -> None:
         self.timeouts: list[float] = []
 
-    def wait_log(self, pattern: str, timeout: float) -> None:
+    def wait_log(self, pattern: str, timeout: float, what: str | None = None,
+                 hint: str = "") -> None:
         self.timeouts.append(timeout)
 
 
