@@ -75,8 +75,10 @@ def resume_from(spec: Spec, directory: Path, force: bool) -> Results:
         (f"the code (it ran {prior.provenance.get('git_sha')}, this is {sha})",
          prior.provenance.get("git_sha") == sha)) if not same]
     if differences and not force:
-        raise SpecError(f"--resume {directory}: {', '.join(differences)} differ from the "
-                        "run it holds (--force resumes anyway)")
+        what = (differences[0] + " differs" if len(differences) == 1
+                else ", ".join(differences[:-1]) + f" and {differences[-1]} differ")
+        raise SpecError(f"--resume {directory}: {what} from the run it holds "
+                        "(--force resumes anyway)")
     return prior
 
 

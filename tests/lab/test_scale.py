@@ -206,7 +206,7 @@ def test_a_run_killed_outright_resumes_with_only_what_it_lacks(spec, serial, tmp
     other.write_text(SPEC.replace("count = 2", "count = 3"))
     refused = ptlab("run", str(other), "--resume", str(out))
     assert refused.returncode == 2
-    assert "the spec, the settings differ" in refused.stderr
+    assert "the spec and the settings differ from the run it holds" in refused.stderr
 
 
 def test_shards_merge_into_the_serial_run(spec, serial, tmp_path):
