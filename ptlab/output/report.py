@@ -1,8 +1,8 @@
 """A self-contained HTML report of one run (results.json -> report.html).
 
 One file with its figures inlined (SVG), so a report can be mailed, attached to
-a CI run or archived; the figures are also written to ``figures/`` as SVG and
-PNG for papers. The report puts the numbers in context: what the experiment
+a CI run or archived; the figures are also written to ``figures/`` as SVG,
+PDF and PNG for papers. The report puts the numbers in context: what the experiment
 was, the RTT and whether the link was shaped, every censor override beside the
 value the profile's source gives, and per cell a drill-down (its repetitions,
 a timeline of what the censor did to the transport's flow, the log lines that
@@ -26,11 +26,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from ..common.results import Results, Row, load_results
 from . import cellfmt, figures
 
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
+#: Each figure is written in these formats: SVG and PDF for papers, PNG to glance at.
+FIGURE_FORMATS = ("svg", "pdf", "png")
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
@@ -335,18 +339,21 @@ def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -
 # --- the page ---------------------------------------------------------------------------
 
 
-def _figure(name: str, fig, alt: str, directory: Path | None) -> str:
-    svg, png = figures.render(fig)
-    link = ""
+def _figure(name: str, fig: Figure, alt: str, directory: Path | None) -> str:
+    """The figure inlined as SVG, and written to figures/ as SVG, PDF and PNG
+    (linked from its caption); with no directory, inlined as a PNG."""
+    out = figures.render(fig)
     if directory is not None:
-        out = directory / FIGURES_DIR
-        out.mkdir(exist_ok=True)
-        (out / f"{name}.svg").write_text(svg, encoding="utf-8")
-        (out / f"{name}.png").write_bytes(png)
-        link = (f'<figcaption>{escape(alt)} (<a href="{FIGURES_DIR}/{name}.svg">SVG</a>, '
-                f'<a href="{FIGURES_DIR}/{name}.png">PNG</a>)</figcaption>')
-        return f'<figure id="fig-{name}">{svg[svg.index("<svg"):]}{link}</figure>'
-    b64 = base64.b64encode(png).decode("ascii")
+        fig_dir = directory / FIGURES_DIR
+        fig_dir.mkdir(exist_ok=True)
+        (fig_dir / f"{name}.svg").write_text(out.svg, encoding="utf-8")
+        (fig_dir / f"{name}.pdf").write_bytes(out.pdf)
+        (fig_dir / f"{name}.png").write_bytes(out.png)
+        links = ", ".join(f'<a href="{FIGURES_DIR}/{name}.{ext}">{ext.upper()}</a>'
+                          for ext in FIGURE_FORMATS)
+        return (f'<figure id="fig-{name}">{out.svg[out.svg.index("<svg"):]}'
+                f"<figcaption>{escape(alt)} ({links})</figcaption></figure>")
+    b64 = base64.b64encode(out.png).decode("ascii")
     return (f'<figure id="fig-{name}"><img src="data:image/png;base64,{b64}" '
             f'alt="{escape(alt)}"></figure>')
 

@@ -61,6 +61,10 @@ def test_report_contents(tmp_path: Path) -> None:
     for name in ("status", "goodput", "latency"):
         assert (tmp_path / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert "<svg" in (tmp_path / "figures" / f"{name}.svg").read_text()
+        assert (tmp_path / "figures" / f"{name}.pdf").read_bytes().startswith(b"%PDF-")
+        # The caption links all three, and each link leads to its file.
+        for ext in ("svg", "pdf", "png"):
+            assert f'<a href="figures/{name}.{ext}">{ext.upper()}</a>' in html
 
 
 def test_report_escapes_text(tmp_path: Path) -> None:
