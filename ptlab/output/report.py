@@ -54,6 +54,8 @@ pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
 figure { margin: 1em 0; } svg { max-width: 100%; height: auto; }
 section.cell { border-top: 1px solid #ccc; margin-top: 1.5em; }
 ol.timeline li { font-family: ui-monospace, monospace; font-size: 0.85em; }
+ol.timeline pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0.2em 0; }
+ol.timeline summary { cursor: pointer; }
 .role-transport { font-weight: bold; }
 """
 
@@ -63,6 +65,8 @@ NOTABLE = re.compile(r"error|fail|warn|refused|reset|timed? ?out|Bootstrapped|de
                      r"unreachable|closed", re.I)
 MAX_LOG_LINES = 8
 MAX_TIMELINE = 40
+#: An event's fields up to this long are shown on its line; longer, folded.
+INLINE_EVENT_CHARS = 160
 
 
 def anchor(row: Row) -> str:
@@ -264,6 +268,25 @@ _TIMELINE_EVENTS = {"detection", "probe_request", "probe_verdict", "probe_failed
                     "tor_bootstrap", "tor_warn", "tor_err"}
 
 
+def _event_fields_html(fields: dict[str, Any]) -> str:
+    """An event's fields, whole: inline when short; when long, folded in a
+    <details> whose summary is its first whole fields (never a field cut in two)
+    and whose body is every field, indented and wrapped."""
+    compact = json.dumps(fields, default=str, ensure_ascii=False)
+    if len(compact) <= INLINE_EVENT_CHARS:
+        return f"<code>{escape(compact)}</code>"
+    shown: list[str] = []
+    for key, value in fields.items():
+        piece = f"{json.dumps(key)}: {json.dumps(value, default=str, ensure_ascii=False)}"
+        if len(", ".join([*shown, piece])) > INLINE_EVENT_CHARS:
+            break
+        shown.append(piece)
+    head = "{" + "".join(f"{p}, " for p in shown) + "…}"
+    pretty = json.dumps(fields, default=str, ensure_ascii=False, indent=1)
+    return (f"<details><summary><code>{escape(head)}</code> ({len(fields)} fields, "
+            f"{len(compact)} characters)</summary><pre>{escape(pretty)}</pre></details>")
+
+
 def _timeline_html(events: list[dict[str, Any]]) -> str:
     """The transport's story in the cell: the runner's markers, each repetition,
     the censor's detections (transport flows first), probes and counters."""
@@ -280,7 +303,7 @@ def _timeline_html(events: list[dict[str, Any]]) -> str:
         cls = ' class="role-transport"' if e.get("role") == "transport" else ""
         items.append(f"<li{cls}>+{float(e.get('ts', t0)) - t0:7.3f} s "
                      f"{escape(str(e.get('component')))}: <b>{escape(str(e.get('event')))}</b> "
-                     f"{escape(json.dumps(what, default=str)[:200])}</li>")
+                     f"{_event_fields_html(what)}</li>")
     more = (f"<p>… {len(keep) - MAX_TIMELINE} more in events.jsonl.</p>"
             if len(keep) > MAX_TIMELINE else "")
     return f'<ol class="timeline">{"".join(items)}</ol>{more}'
