@@ -68,12 +68,16 @@ class Rendered:
 
 def render(fig: Figure) -> Rendered:
     """SVG text, PDF and PNG bytes of a figure, all of the figure's own size (no
-    tight cropping: what the figure test measures is what is written)."""
+    tight cropping: what the figure test measures is what is written).
+
+    The layout is solved once, by the PNG's draw, and then kept for the vector
+    formats (it is in fractions of the figure, the same at any resolution)."""
     FigureCanvasAgg(fig)  # savefig picks each format's canvas; Agg is the figure's own
     svg, pdf, png = io.BytesIO(), io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=PNG_DPI)
+    fig.set_layout_engine("none")
     fig.savefig(svg, format="svg")
     fig.savefig(pdf, format="pdf")
-    fig.savefig(png, format="png", dpi=PNG_DPI)
     return Rendered(svg.getvalue().decode("utf-8"), pdf.getvalue(), png.getvalue())
 
 
