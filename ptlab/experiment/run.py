@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from censor_sim.profile import load_profile, profile_path
+from netns.capture import WHOLE_PACKETS
 
 from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from ..common.specfile import flatten_keys
@@ -55,6 +56,10 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
             prov["machines"] = runner.describe()  # the namespace lab, or ptlab vm's three
             prov["censors"] = censor_columns(spec)
             prov["tools"] = tool_builds(spec)
+            # Bytes kept of each captured packet (docs/lab/results.md §8), or no captures.
+            prov["capture"] = ({"snaplen": spec.capture_snaplen,
+                                "whole_packets": spec.capture_snaplen >= WHOLE_PACKETS}
+                               if runner.capture else {"snaplen": None, "whole_packets": None})
             done: list = []
 
             def on_row(row) -> None:

@@ -111,6 +111,18 @@ def _kv_rows(items: dict[str, Any]) -> str:
                    for k, v in items.items())
 
 
+def _captures_text(capture: Any) -> str:
+    """What the cell pcaps keep of each packet (docs/lab/results.md §8)."""
+    if not isinstance(capture, dict):
+        return "not recorded (runs before the snap length was recorded kept 256 bytes)"
+    snaplen = capture.get("snaplen")
+    if snaplen is None:
+        return "none taken"
+    if capture.get("whole_packets"):
+        return f"whole packets (snap length {snaplen} bytes)"
+    return f"the first {snaplen} bytes of each packet (payloads cut)"
+
+
 def _context_html(results: Results) -> str:
     spec = results.spec or {}
     exp, topo, wl = (spec.get(k, {}) for k in ("experiment", "topology", "workloads"))
@@ -128,6 +140,7 @@ def _context_html(results: Results) -> str:
                  + f", {topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms "
                  "added delay"),
         "machines": results.provenance.get("machines", "this machine's namespaces"),
+        "captures": _captures_text(results.provenance.get("capture")),
     }
     parts.append(f"<table>{_kv_rows(facts)}</table>")
     if not topo.get("rate_mbit"):

@@ -109,3 +109,18 @@ def test_dollar_names_do_not_break_plots(tmp_path: Path) -> None:
     write_results(res, tmp_path)
     html = render_report(tmp_path).read_text()
     assert r"a$\frac{$b" in html and len(_figures(html)) == 3
+
+
+@pytest.mark.parametrize(("capture", "says"), [
+    ({"snaplen": 262144, "whole_packets": True}, "whole packets (snap length 262144 bytes)"),
+    ({"snaplen": 256, "whole_packets": False},
+     "the first 256 bytes of each packet (payloads cut)"),
+    ({"snaplen": None, "whole_packets": None}, "none taken"),
+    (None, "not recorded (runs before the snap length was recorded kept 256 bytes)")])
+def test_report_says_what_the_captures_keep(tmp_path: Path, capture, says: str) -> None:
+    results = make_results()
+    if capture is not None:
+        results.provenance["capture"] = capture
+    write_results(results, tmp_path)
+    html = render_report(tmp_path).read_text()
+    assert f"<tr><th>captures</th><td><code>{says}</code></td></tr>" in html
