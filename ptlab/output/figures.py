@@ -295,7 +295,7 @@ def relative_goodput(rows: Sequence[Row]) -> Figure | None:
         Patch(color=STATUS_COLOURS["reachable"], label="reachable"),
         Patch(color=STATUS_COLOURS["blocked"], label="blocked (repetitions through)"),
         Line2D([], [], color="#000", marker="|", ms=6, label="ratio, 95 % CI"),
-        Patch(fill=False, hatch="////", edgecolor="#555", label="no interval (n=1)")],
+        Patch(fill=False, hatch="////", edgecolor="#555", label="no interval (n=1 on a side)")],
         "goodput ÷ the same transport's with no censor (log scale; 1 = no cost).  "
         "n: repetitions that got through, here and in the baseline")
     return f.fig
