@@ -1,4 +1,8 @@
-"""Packet capture with tcpdump inside a namespace (the censor's interfaces)."""
+"""Packet capture with tcpdump inside a namespace (the censor's interfaces).
+
+Captures keep whole packets unless told otherwise: a pcap whose payloads are
+cut is of no use to anyone who opens it in Wireshark (docs/lab/results.md §8).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,16 @@ from .errors import LabError
 from .process import LabProcess
 from .sh import require_tools
 
+#: tcpdump's largest snap length (what its ``-s 0`` means): every packet whole,
+#: a veth's 64 KiB GSO packets included.
+WHOLE_PACKETS = 262144
+
 
 class Capture:
-    """tcpdump on one interface of namespace `ns`, writing `pcap`."""
+    """tcpdump on one interface of namespace `ns`, writing `pcap`; `snaplen`
+    bytes of each packet (whole packets by default)."""
 
-    def __init__(self, ns: str, dev: str, pcap: Path, snaplen: int = 256,
+    def __init__(self, ns: str, dev: str, pcap: Path, snaplen: int = WHOLE_PACKETS,
                  bpf: str | None = None) -> None:
         require_tools("tcpdump")
         self.pcap = Path(pcap)

@@ -125,7 +125,8 @@ class NamespaceBackend(LabBackend):
         pdir.mkdir(exist_ok=True)
         for peer in ("client", "inet"):
             cap = Capture(self.lab.ns("censor"), self.lab.iface("censor", peer),
-                          pdir / f"{run.name}__censor-{peer}.pcap")
+                          pdir / f"{run.name}__censor-{peer}.pcap",
+                          snaplen=self.spec.capture_snaplen)
             run.captures.append(cap.start())
             run.pcaps.append(cap.pcap)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from censor_sim.profile import load_profile, profile_path
+from netns.capture import WHOLE_PACKETS
 
 from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from ..common.specfile import flatten_keys
@@ -53,6 +54,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
     profile_files = sorted({profile_path(spec.censor_profile(c)[0]) for c in spec.censors})
     rows = spec.rows()
     peers = sorted(set(PEER_BINARIES) | {b for r in rows for b in r.plugin.peer_binaries()})
+    capturing = runner.capture if runner is not None else capture
     executor = executor or SerialExecutor(
         runner or LabRunner(spec, out_dir, lab_id=lab_id, capture=capture, log=log))
     executor.adopt_baselines(kept)
@@ -74,6 +76,10 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                                              executor.labs_at_once)
             if prior is not None:
                 prov["resumed"] = [*prior.provenance.get("resumed", []), now_iso()]
+            # Bytes kept of each captured packet (docs/lab/results.md §8), or no captures.
+            prov["capture"] = ({"snaplen": spec.capture_snaplen,
+                                "whole_packets": spec.capture_snaplen >= WHOLE_PACKETS}
+                               if capturing else {"snaplen": None, "whole_packets": None})
             done: list = []
 
             def results_so_far(rows: list) -> Results:

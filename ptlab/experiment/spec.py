@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netns.capture import WHOLE_PACKETS
 from ptcommon.suggest import did_you_mean
 
 from .. import plugins
@@ -54,6 +55,12 @@ class Expectation:
     status: str
 
 
+#: The shortest snap length a spec may ask for, tcpdump's old IPv6 default: the
+#: Ethernet and IPv6 headers and a TCP header with timestamps (14 + 40 + 32) fit;
+#: shorter would cut headers, not only payloads.
+MIN_SNAPLEN = 96
+
+
 @dataclass
 class Spec:
     path: Path | None
@@ -62,6 +69,9 @@ class Spec:
     seed: int = 1
     repetitions: int = 3
     budget_s: float = 600.0
+    # Bytes of each packet the cell pcaps keep: whole packets unless the spec says
+    # otherwise (docs/lab/results.md §8).
+    capture_snaplen: int = WHOLE_PACKETS
     topology: TopologyOptions = field(default_factory=TopologyOptions)
     transports: dict[str, dict[str, Any]] = field(default_factory=dict)
     censors: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,6 +104,7 @@ class Spec:
         return {
             "experiment.seed": self.seed, "experiment.repetitions": self.repetitions,
             "experiment.budget_s": self.budget_s,
+            "experiment.capture_snaplen": self.capture_snaplen,
             "topology.proxies": t.proxies, "topology.rate_mbit": t.rate_mbit,
             "topology.loss_pct": t.loss_pct, "topology.delay_ms": t.delay_ms,
             "workloads.bulk.size": w.bulk_size, "workloads.bulk.timeout_s": w.bulk_timeout_s,
@@ -234,7 +245,8 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
     _check(data, "", {"experiment": dict, "topology": dict, "transports": dict,
                       "censors": dict, "workloads": dict, "expect": list, "tools": dict})
     exp = _check(data.get("experiment", {}), "experiment", {
-        "name": str, "description": str, "seed": int, "repetitions": int, "budget_s": NUM})
+        "name": str, "description": str, "seed": int, "repetitions": int, "budget_s": NUM,
+        "capture_snaplen": int})
     spec = Spec(path=path, name=exp.get("name", path.stem if path else "experiment"), raw=data)
     spec.description = exp.get("description", "")
     spec.seed = exp.get("seed", 1)
@@ -249,6 +261,11 @@ def _parse(data: dict[str, Any], path: Path | None, known_transports: list[str] 
     spec.budget_s = float(exp.get("budget_s", 600))
     if spec.budget_s <= 0:
         raise SpecError("experiment.budget_s: must be positive")
+    snaplen = exp.get("capture_snaplen", WHOLE_PACKETS)
+    if snaplen != 0 and not MIN_SNAPLEN <= snaplen <= WHOLE_PACKETS:
+        raise SpecError(f"experiment.capture_snaplen: must be 0 (whole packets) or between "
+                        f"{MIN_SNAPLEN} and {WHOLE_PACKETS} bytes, got {snaplen}")
+    spec.capture_snaplen = snaplen or WHOLE_PACKETS  # tcpdump's -s 0 is its largest
 
     topo = _check(data.get("topology", {}), "topology", {
         "proxies": int, "rate_mbit": NUM, "loss_pct": NUM, "delay_ms": NUM})

@@ -9,7 +9,6 @@ Each later run is compared with the first.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from ..common.results import Results, Row, load_results
 from ..common.specfile import flatten_keys
-from ..common.stats import t95
+from ..common.stats import log_ratio_ci95
 from . import cellfmt
 
 Cell = tuple[str, str]
@@ -39,20 +38,7 @@ class CellChange:
         xa, xb = self.a.goodput_samples, self.b.goodput_samples
         if not xa or not xb or min(xa + xb) <= 0:
             return None
-        la, lb = [math.log(x) for x in xa], [math.log(x) for x in xb]
-        ma, mb = sum(la) / len(la), sum(lb) / len(lb)
-        ratio = math.exp(mb - ma)
-        if len(la) < 2 or len(lb) < 2:
-            return ratio, None
-        va = sum((x - ma) ** 2 for x in la) / (len(la) - 1)
-        vb = sum((x - mb) ** 2 for x in lb) / (len(lb) - 1)
-        se2 = va / len(la) + vb / len(lb)
-        if se2 == 0:
-            return ratio, (ratio, ratio)
-        # Welch–Satterthwaite degrees of freedom.
-        df = se2 ** 2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1))
-        half = t95(max(1, int(df))) * math.sqrt(se2)
-        return ratio, (math.exp(mb - ma - half), math.exp(mb - ma + half))
+        return log_ratio_ci95(xb, xa)
 
 
 @dataclass

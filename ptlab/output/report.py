@@ -1,8 +1,8 @@
 """A self-contained HTML report of one run (results.json -> report.html).
 
 One file with its figures inlined (SVG), so a report can be mailed, attached to
-a CI run or archived; the figures are also written to ``figures/`` as SVG and
-PNG for papers. The report puts the numbers in context: what the experiment
+a CI run or archived; the figures are also written to ``figures/`` as SVG,
+PDF and PNG for papers. The report puts the numbers in context: what the experiment
 was, the RTT and whether the link was shaped, every censor override beside the
 value the profile's source gives, and per cell a drill-down (its repetitions,
 a timeline of what the censor did to the transport's flow, the log lines that
@@ -26,11 +26,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from ..common.results import Results, Row, load_results
 from . import cellfmt, figures
 
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
+#: Each figure is written in these formats: SVG and PDF for papers, PNG to glance at.
+FIGURE_FORMATS = ("svg", "pdf", "png")
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
@@ -50,6 +54,8 @@ pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
 figure { margin: 1em 0; } svg { max-width: 100%; height: auto; }
 section.cell { border-top: 1px solid #ccc; margin-top: 1.5em; }
 ol.timeline li { font-family: ui-monospace, monospace; font-size: 0.85em; }
+ol.timeline pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0.2em 0; }
+ol.timeline summary { cursor: pointer; }
 .role-transport { font-weight: bold; }
 """
 
@@ -59,6 +65,8 @@ NOTABLE = re.compile(r"error|fail|warn|refused|reset|timed? ?out|Bootstrapped|de
                      r"unreachable|closed", re.I)
 MAX_LOG_LINES = 8
 MAX_TIMELINE = 40
+#: An event's fields up to this long are shown on its line; longer, folded.
+INLINE_EVENT_CHARS = 160
 
 
 def anchor(row: Row) -> str:
@@ -103,6 +111,18 @@ def _kv_rows(items: dict[str, Any]) -> str:
                    for k, v in items.items())
 
 
+def _captures_text(capture: Any) -> str:
+    """What the cell pcaps keep of each packet (docs/lab/results.md §8)."""
+    if not isinstance(capture, dict):
+        return "not recorded (runs before the snap length was recorded kept 256 bytes)"
+    snaplen = capture.get("snaplen")
+    if snaplen is None:
+        return "none taken"
+    if capture.get("whole_packets"):
+        return f"whole packets (snap length {snaplen} bytes)"
+    return f"the first {snaplen} bytes of each packet (payloads cut)"
+
+
 def _context_html(results: Results) -> str:
     spec = results.spec or {}
     exp, topo, wl = (spec.get(k, {}) for k in ("experiment", "topology", "workloads"))
@@ -132,6 +152,7 @@ def _context_html(results: Results) -> str:
                  + f", {topo.get('loss_pct', 0)} % loss, {topo.get('delay_ms', 0)} ms "
                  "added delay"),
         "machines": results.provenance.get("machines", "this machine's namespaces"),
+        "captures": _captures_text(results.provenance.get("capture")),
     }
     parts.append(f"<table>{_kv_rows(facts)}</table>")
     parts.append(_settings_html(results))
@@ -293,6 +314,25 @@ _TIMELINE_EVENTS = {"detection", "probe_request", "probe_verdict", "probe_failed
                     "tor_bootstrap", "tor_warn", "tor_err"}
 
 
+def _event_fields_html(fields: dict[str, Any]) -> str:
+    """An event's fields, whole: inline when short; when long, folded in a
+    <details> whose summary is its first whole fields (never a field cut in two)
+    and whose body is every field, indented and wrapped."""
+    compact = json.dumps(fields, default=str, ensure_ascii=False)
+    if len(compact) <= INLINE_EVENT_CHARS:
+        return f"<code>{escape(compact)}</code>"
+    shown: list[str] = []
+    for key, value in fields.items():
+        piece = f"{json.dumps(key)}: {json.dumps(value, default=str, ensure_ascii=False)}"
+        if len(", ".join([*shown, piece])) > INLINE_EVENT_CHARS:
+            break
+        shown.append(piece)
+    head = "{" + "".join(f"{p}, " for p in shown) + "…}"
+    pretty = json.dumps(fields, default=str, ensure_ascii=False, indent=1)
+    return (f"<details><summary><code>{escape(head)}</code> ({len(fields)} fields, "
+            f"{len(compact)} characters)</summary><pre>{escape(pretty)}</pre></details>")
+
+
 def _timeline_html(events: list[dict[str, Any]]) -> str:
     """The transport's story in the cell: the runner's markers, each repetition,
     the censor's detections (transport flows first), probes and counters."""
@@ -309,7 +349,7 @@ def _timeline_html(events: list[dict[str, Any]]) -> str:
         cls = ' class="role-transport"' if e.get("role") == "transport" else ""
         items.append(f"<li{cls}>+{float(e.get('ts', t0)) - t0:7.3f} s "
                      f"{escape(str(e.get('component')))}: <b>{escape(str(e.get('event')))}</b> "
-                     f"{escape(json.dumps(what, default=str)[:200])}</li>")
+                     f"{_event_fields_html(what)}</li>")
     more = (f"<p>… {len(keep) - MAX_TIMELINE} more in events.jsonl.</p>"
             if len(keep) > MAX_TIMELINE else "")
     return f'<ol class="timeline">{"".join(items)}</ol>{more}'
@@ -368,18 +408,21 @@ def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -
 # --- the page ---------------------------------------------------------------------------
 
 
-def _figure(name: str, fig, alt: str, directory: Path | None) -> str:
-    svg, png = figures.render(fig)
-    link = ""
+def _figure(name: str, fig: Figure, alt: str, directory: Path | None) -> str:
+    """The figure inlined as SVG, and written to figures/ as SVG, PDF and PNG
+    (linked from its caption); with no directory, inlined as a PNG."""
+    out = figures.render(fig)
     if directory is not None:
-        out = directory / FIGURES_DIR
-        out.mkdir(exist_ok=True)
-        (out / f"{name}.svg").write_text(svg, encoding="utf-8")
-        (out / f"{name}.png").write_bytes(png)
-        link = (f'<figcaption>{escape(alt)} (<a href="{FIGURES_DIR}/{name}.svg">SVG</a>, '
-                f'<a href="{FIGURES_DIR}/{name}.png">PNG</a>)</figcaption>')
-        return f'<figure id="fig-{name}">{svg[svg.index("<svg"):]}{link}</figure>'
-    b64 = base64.b64encode(png).decode("ascii")
+        fig_dir = directory / FIGURES_DIR
+        fig_dir.mkdir(exist_ok=True)
+        (fig_dir / f"{name}.svg").write_text(out.svg, encoding="utf-8")
+        (fig_dir / f"{name}.pdf").write_bytes(out.pdf)
+        (fig_dir / f"{name}.png").write_bytes(out.png)
+        links = ", ".join(f'<a href="{FIGURES_DIR}/{name}.{ext}">{ext.upper()}</a>'
+                          for ext in FIGURE_FORMATS)
+        return (f'<figure id="fig-{name}">{out.svg[out.svg.index("<svg"):]}'
+                f"<figcaption>{escape(alt)} ({links})</figcaption></figure>")
+    b64 = base64.b64encode(out.png).decode("ascii")
     return (f'<figure id="fig-{name}"><img src="data:image/png;base64,{b64}" '
             f'alt="{escape(alt)}"></figure>')
 

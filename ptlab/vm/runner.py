@@ -241,8 +241,9 @@ class VmBackend(LabBackend):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
             run.pcaps.append(pcap)
             p = self.hosts["censor"].spawn(
-                ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s", "256", "-U", "-w",
-                 str(pcap)], f"tcpdump-{peer}", pcap.with_suffix(".log"))
+                ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s",
+                 str(self.spec.capture_snaplen), "-U", "-w", str(pcap)],
+                f"tcpdump-{peer}", pcap.with_suffix(".log"))
             run.captures.append(p)
             p.wait_log(r"listening on", 5.0 * self.machines.slowdown)
 

@@ -91,6 +91,37 @@ def test_median_interval_covers_at_least_its_stated_level():
         assert hits / COVERAGE_TRIALS > stated - TOLERANCE, (n, hits, stated)
 
 
+def test_ratio_interval_covers_at_least_95_percent_when_the_spreads_differ():
+    rng = random.Random(4)
+    true_ratio = 0.25  # of the two log-normals' medians
+    for (n_num, s_num), (n_den, s_den) in (((3, 0.6), (3, 0.1)), ((2, 0.3), (5, 0.3)),
+                                           ((5, 0.2), (3, 0.8))):
+        hits = 0
+        for _ in range(COVERAGE_TRIALS):
+            num = [rng.lognormvariate(math.log(10.0), s_num) for _ in range(n_num)]
+            den = [rng.lognormvariate(math.log(40.0), s_den) for _ in range(n_den)]
+            _, ci = stats.log_ratio_ci95(num, den)
+            assert ci is not None
+            hits += ci[0] <= true_ratio <= ci[1]
+        # Flooring Welch's df makes it conservative: at least 95 %, never far above.
+        assert 0.95 - TOLERANCE < hits / COVERAGE_TRIALS < 0.995, (n_num, n_den, hits)
+
+
+def test_ratio_interval_needs_two_samples_each_side():
+    ratio, ci = stats.log_ratio_ci95([10.0], [40.0, 41.0])
+    assert ratio == pytest.approx(10 / math.sqrt(40 * 41)) and ci is None
+    assert stats.log_ratio_ci95([2.0, 2.0], [4.0, 4.0]) == (0.5, (0.5, 0.5))
+    with pytest.raises(ValueError):
+        stats.log_ratio_ci95([0.0, 1.0], [1.0, 2.0])
+
+
+@given(st.lists(positive, min_size=2, max_size=8), st.lists(positive, min_size=2, max_size=8))
+def test_ratio_interval_holds_the_ratio(num: list[float], den: list[float]) -> None:
+    ratio, ci = stats.log_ratio_ci95(num, den)
+    assert ci is not None and ci[0] <= ratio * (1 + 1e-9) and ratio <= ci[1] * (1 + 1e-9)
+    assert ratio == pytest.approx(stats.log_ci95(num)[0] / stats.log_ci95(den)[0])
+
+
 def wilson_coverage(p: float, n: int) -> float:
     """The exact probability that the interval of k ~ Binomial(n, p) holds p."""
     return math.fsum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)

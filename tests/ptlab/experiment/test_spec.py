@@ -57,10 +57,32 @@ def test_the_full_matrix_has_every_shipped_profile_and_plugin():
     (('status = "reachable"', 'status = "fine"'), r"expect\[0\].status: must be one of"),
     (('censor = "none"\nstatus', 'censor = "nope"\nstatus'), r"expect\[0\].censor: 'nope'"),
     (("[experiment]", "[experimen]"), "experimen: unknown key"),
+    (("repetitions = 2", "repetitions = 2\ncapture_snaplen = 95"),
+     r"experiment.capture_snaplen: must be 0 \(whole packets\) or between 96 and 262144 "
+     "bytes, got 95"),
+    (("repetitions = 2", "repetitions = 2\ncapture_snaplen = 262145"),
+     "experiment.capture_snaplen: must be 0"),
+    (("repetitions = 2", "repetitions = 2\ncapture_snaplen = -1"),
+     "experiment.capture_snaplen: must be 0"),
+    (("repetitions = 2", 'repetitions = 2\ncapture_snaplen = "all"'),
+     "experiment.capture_snaplen: expected int, got str"),
+    (("repetitions = 2", "repetitions = 2\ncapture_snapln = 0"),
+     "experiment.capture_snapln: unknown key \\(did you mean 'capture_snaplen'\\?\\)"),
 ])
 def test_bad_keys_are_named_by_path(edit, msg):
     with pytest.raises(SpecError, match=msg):
         parse(GOOD.replace(*edit))
+
+
+@pytest.mark.parametrize(("line", "snaplen"), [
+    ("", 262144),  # whole packets by default
+    ("capture_snaplen = 0", 262144),  # tcpdump's -s 0: its largest
+    ("capture_snaplen = 96", 96),  # the shortest that keeps IPv6 and TCP headers
+    ("capture_snaplen = 262144", 262144),
+    ("capture_snaplen = 1500", 1500)])
+def test_capture_snap_length(line, snaplen):
+    assert parse(GOOD.replace("repetitions = 2", f"repetitions = 2\n{line}")
+                 ).capture_snaplen == snaplen
 
 
 def test_unparsable_and_missing_files(tmp_path):

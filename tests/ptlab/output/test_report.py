@@ -61,6 +61,10 @@ def test_report_contents(tmp_path: Path) -> None:
     for name in ("status", "goodput", "latency"):
         assert (tmp_path / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
         assert "<svg" in (tmp_path / "figures" / f"{name}.svg").read_text()
+        assert (tmp_path / "figures" / f"{name}.pdf").read_bytes().startswith(b"%PDF-")
+        # The caption links all three, and each link leads to its file.
+        for ext in ("svg", "pdf", "png"):
+            assert f'<a href="figures/{name}.{ext}">{ext.upper()}</a>' in html
 
 
 def test_report_escapes_text(tmp_path: Path) -> None:
@@ -105,3 +109,18 @@ def test_dollar_names_do_not_break_plots(tmp_path: Path) -> None:
     write_results(res, tmp_path)
     html = render_report(tmp_path).read_text()
     assert r"a$\frac{$b" in html and len(_figures(html)) == 3
+
+
+@pytest.mark.parametrize(("capture", "says"), [
+    ({"snaplen": 262144, "whole_packets": True}, "whole packets (snap length 262144 bytes)"),
+    ({"snaplen": 256, "whole_packets": False},
+     "the first 256 bytes of each packet (payloads cut)"),
+    ({"snaplen": None, "whole_packets": None}, "none taken"),
+    (None, "not recorded (runs before the snap length was recorded kept 256 bytes)")])
+def test_report_says_what_the_captures_keep(tmp_path: Path, capture, says: str) -> None:
+    results = make_results()
+    if capture is not None:
+        results.provenance["capture"] = capture
+    write_results(results, tmp_path)
+    html = render_report(tmp_path).read_text()
+    assert f"<tr><th>captures</th><td><code>{says}</code></td></tr>" in html

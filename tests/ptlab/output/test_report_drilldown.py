@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from html import escape, unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -105,6 +106,34 @@ def test_drilldown_as_text(tmp_path: Path):
     assert "client: handshake failed: reset" in html  # the log line that matters
     assert "0.263" in html and "Wu et al. 2023" in html  # the override and its source
     assert "unshaped" in html
+
+
+def test_a_long_event_is_shown_whole_and_folded(tmp_path: Path):
+    report = make_run(tmp_path)
+    # A counters-heavy probe verdict: far past one line, with a long string field.
+    long_event = {"ts": 10.7, "component": "censor", "event": "probe_verdict",
+                  "cell": "obfs4__gfw-fet", "role": "probe", "verdict": "obfs4-like",
+                  "responses": {f"probe{i}": {"bytes": 1000 + i, "closed_after_s": i / 10}
+                                for i in range(12)},
+                  "note": "x" * 300 + " the end"}
+    with (tmp_path / "events.jsonl").open("a") as f:
+        f.write(json.dumps(long_event) + "\n")
+    render_report(tmp_path)
+    html = report.read_text()
+    folded = re.findall(r"<details><summary><code>(.*?)</code>.*?</summary><pre>(.*?)</pre>"
+                        r"</details>", html, re.S)
+    assert len(folded) == 1
+    head, body = (unescape(x) for x in folded[0])
+    shown = json.loads(body)
+    assert shown == {k: v for k, v in long_event.items()
+                     if k not in ("ts", "component", "event", "cell")}
+    # The summary: the first whole fields (never one cut in two), then an ellipsis.
+    assert head.endswith(", …}") and len(head) < 200
+    first = json.loads(head.removesuffix(", …}") + "}")
+    assert first and first.items() <= shown.items()
+    # Short events stay on their line.
+    short = '{"detector": "fet", "actions": ["residual"], "role": "transport", "data_packet": 1}'
+    assert f"<code>{escape(short)}</code>" in html
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
