@@ -19,9 +19,17 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ptlab.pytest_plugin import LabFixture
 from tests.support.events import lost_events
+
+# Hypothesis judges correctness here, never speed (benchmarks/ do that): no
+# wall-clock deadline and no too-slow check, which a loaded machine or tests
+# running side by side would turn into failures of correct code.
+settings.register_profile("ptlab", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ptlab")
 
 #: Markers that put a test in the lab tier.
 LAB_TIER_MARKERS = ("lab", "interop", "slow", "network")
