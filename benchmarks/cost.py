@@ -100,8 +100,8 @@ def record(condition: str, rtt: float | None, row: Row, base: Row) -> dict[str, 
     own_cpu = row.transport != "direct"
     return {
         "condition": condition, "rtt_ms": rtt, "row": row.transport, "status": row.status,
-        "goodput_mbit_s": row.goodput_mbps,
-        "goodput_ratio": ratio(row.goodput_mbps, base.goodput_mbps),
+        "goodput_mbit_s": row.goodput_mbit_s,
+        "goodput_ratio": ratio(row.goodput_mbit_s, base.goodput_mbit_s),
         "ttfb_ms": row.latency_ms, "ttfb_ratio": ratio(row.latency_ms, base.latency_ms),
         "setup_ms": setup, "setup_ratio": ratio(setup, base_setup),
         "client_cpu_s_per_gb": per_gb(row.cpu_s.get("client"), moved) if own_cpu else None,

@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, r in results.items():
         setup = (r.bootstrap_s or 0.0) * 1000
-        print(f"{name:<15} {r.status:<10} {r.goodput_mbps or 0:8.2f} "
-              f"{ratio(r.goodput_mbps, base.goodput_mbps):8.3f} {r.latency_ms or 0:11.1f} "
+        print(f"{name:<15} {r.status:<10} {r.goodput_mbit_s or 0:8.2f} "
+              f"{ratio(r.goodput_mbit_s, base.goodput_mbit_s):8.3f} {r.latency_ms or 0:11.1f} "
               f"{ratio(r.latency_ms, base.latency_ms):8.2f} {setup:9.1f} "
               f"{ratio(r.bootstrap_s, base.bootstrap_s):8.1f}")
     shutil.rmtree(out, ignore_errors=True)

@@ -31,7 +31,8 @@ from typing import Any
 SCHEMA_VERSION = 4
 #: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults;
 #: 3 adds the status "skipped"; 4 records the run's effective settings and their
-#: origins, and the benign classes that failed with no censor.
+#: origins, its cell selection, each cell's wall time, the benign classes that
+#: failed with no censor, and names goodput goodput_mbit_s (was goodput_mbps).
 READABLE_SCHEMAS = (1, 2, 3, 4)
 
 RESULTS_JSON = "results.json"
@@ -48,6 +49,9 @@ PEER_BINARIES = ("obfs4proxy", "snowflake-proxy", "snowflake-client", "tor")
 PYTHON_DEPS = ("aiortc", "scapy", "cryptography", "aiohttp")
 
 _CI_FIELDS = ("goodput_ci95", "latency_ci95", "reachability_ci95")
+#: Row fields under the names schemas before 4 gave them: goodput is in Mbit/s
+#: everywhere now, and named so (the CSV always said goodput_mbit_s).
+_RENAMED = {"goodput_mbps": "goodput_mbit_s"}
 
 
 @dataclass
@@ -64,7 +68,7 @@ class Row:
     # One dict per repetition: repetition, ok, goodput_mbit_s, seconds, bytes, error, started.
     repetition_outcomes: list[dict[str, Any]] = field(default_factory=list)
     bootstrap_s: float | None = None
-    goodput_mbps: float | None = None  # geometric mean of the repetitions that got through
+    goodput_mbit_s: float | None = None  # geometric mean of the repetitions that got through
     goodput_ci95: tuple[float, float] | None = None  # log-scale t interval; None below 2
     goodput_samples: list[float] = field(default_factory=list)
     latency_ms: float | None = None  # median
@@ -141,6 +145,7 @@ class Row:
     def from_dict(cls, d: dict[str, Any]) -> Row:
         """Rebuild a row; unknown or missing required fields are schema errors."""
         known = {f.name for f in dataclasses.fields(cls)}
+        d = {_RENAMED.get(k, k): v for k, v in d.items()}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"result row has unknown fields: {', '.join(unknown)}")
@@ -273,7 +278,7 @@ def long_records(results: Results) -> list[dict[str, Any]]:
             "transport": row.transport, "censor": row.censor, "cell_status": row.status,
             "cell_repetitions_ok": row.repetitions_ok, "cell_repetitions": row.repetitions,
             "cell_reachability_ci95_lo": r_lo, "cell_reachability_ci95_hi": r_hi,
-            "bootstrap_s": row.bootstrap_s, "cell_goodput_geomean_mbit_s": row.goodput_mbps,
+            "bootstrap_s": row.bootstrap_s, "cell_goodput_geomean_mbit_s": row.goodput_mbit_s,
             "cell_goodput_ci95_lo_mbit_s": g_lo, "cell_goodput_ci95_hi_mbit_s": g_hi,
             "latency_median_ms": row.latency_ms, "latency_ci95_lo_ms": l_lo,
             "latency_ci95_hi_ms": l_hi, "latency_samples_n": len(row.latency_samples),

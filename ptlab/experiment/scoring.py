@@ -51,7 +51,7 @@ def score_measurement(row: Row, m: Measurement, plan: CellPlan) -> str | None:
             row.status, row.error = "ERROR", res.error
             return res.error
     row.repetition_outcomes = [
-        {"repetition": i + 1, "ok": b.ok, "goodput_mbit_s": b.goodput_mbps,
+        {"repetition": i + 1, "ok": b.ok, "goodput_mbit_s": b.goodput_mbit_s,
          "seconds": round(b.seconds, 4), "bytes": b.received, "error": b.error,
          "started": b.started}
         for i, b in enumerate(m.bulks)]
@@ -72,11 +72,11 @@ def score_measurement(row: Row, m: Measurement, plan: CellPlan) -> str | None:
         row.bytes_before_block = failures[0].received
     elif m.bootstrap_s is None:
         row.bytes_before_block = 0
-    goodputs = [b.goodput_mbps for b in ok if b.goodput_mbps is not None]
+    goodputs = [b.goodput_mbit_s for b in ok if b.goodput_mbit_s is not None]
     row.goodput_samples = goodputs
     if goodputs:
         centre, ci = stats.log_ci95(goodputs)
-        row.goodput_mbps, row.goodput_ci95 = centre, ci if len(goodputs) > 1 else None
+        row.goodput_mbit_s, row.goodput_ci95 = centre, ci if len(goodputs) > 1 else None
     row.latency_samples = list(m.latency_samples)
     if row.latency_samples:
         med = stats.median_ci(row.latency_samples)

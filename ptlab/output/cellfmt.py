@@ -31,15 +31,15 @@ def _digits(x: float) -> int:
 
 def goodput(row: Row, digits: int | None = None) -> str:
     """Geometric mean [log-scale 95 % CI] n=k, in Mbit/s."""
-    if row.goodput_mbps is None:
+    if row.goodput_mbit_s is None:
         return "—"
     if digits is None:
-        digits = _digits(row.goodput_mbps)
+        digits = _digits(row.goodput_mbit_s)
     n = len(row.goodput_samples)
     if row.goodput_ci95 is None:
-        return f"{row.goodput_mbps:.{digits}f} n={n}"
+        return f"{row.goodput_mbit_s:.{digits}f} n={n}"
     lo, hi = row.goodput_ci95
-    return f"{row.goodput_mbps:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] n={n}"
+    return f"{row.goodput_mbit_s:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] n={n}"
 
 
 def latency(row: Row) -> str:

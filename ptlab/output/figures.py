@@ -186,7 +186,7 @@ def goodput_facets(rows: Sequence[Row]) -> Figure:
     are few, n at the right, and in the panel why a row has no goodput."""
     transports, censors = _columns(rows)
     by_cell = {(r.transport, r.censor): r for r in rows}
-    measured = [r for r in rows if r.goodput_mbps is not None]
+    measured = [r for r in rows if r.goodput_mbit_s is not None]
     f = _facets(transports, censors, [_goodput_note(r) for r in measured])
     # The samples and intervals hold every mean (a geometric mean lies among its samples).
     lo, hi = _log_limits([v for r in measured for v in (*r.goodput_samples,
@@ -198,7 +198,7 @@ def goodput_facets(rows: Sequence[Row]) -> Figure:
         ax.grid(axis="x", which="major", color="#ddd", lw=0.6)
         for y, t in enumerate(transports):
             r = by_cell.get((t, censor))
-            if r is None or r.goodput_mbps is None:
+            if r is None or r.goodput_mbit_s is None:
                 _in_panel(ax, y, _why_not(r, "goodput"), r.status if r else "")
                 continue
             colour = STATUS_COLOURS[r.status]
@@ -207,7 +207,7 @@ def goodput_facets(rows: Sequence[Row]) -> Figure:
             if len(r.goodput_samples) < POINTS_BELOW:
                 ax.plot(r.goodput_samples, [y] * len(r.goodput_samples), "o", ms=3,
                         color="#000", zorder=3)
-            ax.plot([r.goodput_mbps], [y], "D", ms=5.5, color=colour, zorder=4, mec="#fff",
+            ax.plot([r.goodput_mbit_s], [y], "D", ms=5.5, color=colour, zorder=4, mec="#fff",
                     mew=0.5)
             _margin(ax, y, _goodput_note(r))
     _legend(f.fig, [
@@ -233,7 +233,7 @@ def _no_ratio(row: Row | None, baseline: Row | None) -> tuple[str, str]:
     """Why a censored cell has no ratio, and the status to colour it by."""
     if row is None:
         return "not run", ""
-    if row.goodput_mbps is None:
+    if row.goodput_mbit_s is None:
         return _why_not(row, "goodput"), row.status
     if baseline is None:
         return f"no baseline ({BASELINE} not run)", ""

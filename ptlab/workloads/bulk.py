@@ -32,7 +32,7 @@ class BulkResult:
     started: float = 0.0  # epoch seconds: where this repetition sits in events.jsonl
 
     @property
-    def goodput_mbps(self) -> float | None:
+    def goodput_mbit_s(self) -> float | None:
         if not self.ok or self.seconds <= 0:
             return None
         return self.received * 8 / self.seconds / 1e6

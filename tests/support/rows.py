@@ -16,7 +16,7 @@ def reachable_row(**fields: Any) -> Row:
     """obfs4 with no censor: goodput and latency with intervals and samples."""
     base: dict[str, Any] = dict(
         transport="obfs4", censor="none", status="reachable", repetitions=3,
-        goodput_mbps=42.0, goodput_ci95=(40.0, 44.0), goodput_samples=[41.0, 42.0, 43.0],
+        goodput_mbit_s=42.0, goodput_ci95=(40.0, 44.0), goodput_samples=[41.0, 42.0, 43.0],
         latency_ms=21.5, latency_ci95=(20.0, 23.0), latency_samples=[20.0, 21.5, 23.0],
         collateral=0.0, rtt_ms=20.0, expectation="reachable", expectation_met=True)
     return Row(**(base | fields))

@@ -126,7 +126,7 @@ def test_pandas_reads_the_long_csv_with_no_custom_parsing(tmp_path: Path) -> Non
 
 def test_write_refuses_nan(tmp_path: Path) -> None:
     res = sample_results()
-    res.rows[0].goodput_mbps = float("nan")
+    res.rows[0].goodput_mbit_s = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         write_results(res, tmp_path)
     assert not (tmp_path / "results.json").exists()
@@ -261,3 +261,14 @@ def test_binary_version_timeout_kills_children(
     t0 = time.monotonic()
     assert R.binary_version("forky", timeout=0.2) == "unknown"
     assert time.monotonic() - t0 < 5
+
+
+def test_an_older_runs_goodput_mbps_is_read_as_goodput_mbit_s(tmp_path: Path) -> None:
+    write_results(sample_results(), tmp_path)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 3
+    for row in data["rows"]:
+        row["goodput_mbps"] = row.pop("goodput_mbit_s")
+    path.write_text(json.dumps(data))
+    assert load_results(tmp_path).rows[0].goodput_mbit_s == 42.0

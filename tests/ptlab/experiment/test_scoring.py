@@ -40,9 +40,9 @@ def test_every_bulk_through_is_reachable_with_goodput_and_latency():
     assert row.status == "reachable" and row.repetitions == 2 and row.bootstrap_s == 0.4
     assert (row.repetitions_ok, row.reachability_ci95) == (2, stats.wilson(2, 2))
     assert row.goodput_samples == [8.0, 4.0]
-    assert row.goodput_mbps == pytest.approx(32 ** 0.5)  # the geometric mean
+    assert row.goodput_mbit_s == pytest.approx(32 ** 0.5)  # the geometric mean
     lo, hi = row.goodput_ci95
-    assert 0 < lo < row.goodput_mbps < hi
+    assert 0 < lo < row.goodput_mbit_s < hi
     assert row.latency_ms == 17.5  # the median, not the mean
     assert row.latency_ci95 == (10.0, 30.0) and row.latency_ci_level == pytest.approx(0.9688)
     assert [o["ok"] for o in row.repetition_outcomes] == [True, True]
@@ -72,7 +72,7 @@ def test_one_good_repetition_has_goodput_but_no_interval():
     row = Row("obfs4", "gfw-fet", "ERROR")
     m = Measurement(0.4, [bulk(), bulk(ok=False, error="reset")], [], None)
     scoring.score_measurement(row, m, PLAN)
-    assert row.goodput_mbps == pytest.approx(8.0) and row.goodput_ci95 is None
+    assert row.goodput_mbit_s == pytest.approx(8.0) and row.goodput_ci95 is None
 
 
 def test_no_bootstrap_is_blocked_with_the_deadline_named():

@@ -162,9 +162,9 @@ def test_every_relative_bar_has_its_interval_and_n() -> None:
     assert "0.0041 [0.0019, 0.0090]\nn=3, base 3" in texts
     assert "0.0029, no interval\nn=1, base 1" in texts
     bars = [t for t in texts if "\nn=" in t]
-    base = {r.transport for r in rows if r.censor == "none" and r.goodput_mbps}
+    base = {r.transport for r in rows if r.censor == "none" and r.goodput_mbit_s}
     with_ratio = [r for r in rows if r.censor != "none" and r.transport in base
-                  and r.goodput_mbps]
+                  and r.goodput_mbit_s]
     assert len(bars) == len(with_ratio)
 
 
@@ -191,5 +191,5 @@ def test_the_forty_cell_run_has_forty_cells() -> None:
     assert len(rows) == 40 and len({r.censor for r in rows}) == len(WIDE_CENSORS)
     assert {r.status for r in rows} == {"reachable", "blocked", "ERROR", "skipped"}
     assert {r.repetitions for r in rows if r.status != "skipped"} >= {1, 3}
-    goodputs = [r.goodput_mbps for r in rows if r.goodput_mbps]
+    goodputs = [r.goodput_mbit_s for r in rows if r.goodput_mbit_s]
     assert max(goodputs) / min(goodputs) > 1e5

@@ -252,7 +252,7 @@ FET = {"policy": {"rules": [{"detector": "fet", "action": "residual", "probabili
 def test_debian_shadowsocks_from_command_lines_moves_the_bulk_byte_exact(lab):
     row = run_row(lab, "mytool", SS, bulk_size=2_000_000, benign=True)
     assert row.status == "reachable", row.error
-    assert row.goodput_mbps and row.collateral == 0.0
+    assert row.goodput_mbit_s and row.collateral == 0.0
 
 
 @pytest.mark.lab
@@ -304,7 +304,7 @@ def test_curated_proxy_rows_against_fet(lab, row, censor, status):
     if status == "blocked":
         assert (cell.detector, cell.detection_data_packet) == ("fet", 1)
     else:
-        assert cell.detector is None and cell.goodput_mbps
+        assert cell.detector is None and cell.goodput_mbit_s
 
 
 @pytest.mark.lab
@@ -314,7 +314,7 @@ def test_tunnel_mode_vpns_move_the_bulk_byte_exact_beside_the_benign_mix(lab, ro
     destination into the client's, and the benign mix stays outside it."""
     cell = run_row(lab, row, curated(row), bulk_size=2_000_000, benign=True)
     assert cell.status == "reachable", cell.error
-    assert cell.goodput_mbps and cell.collateral == 0.0
+    assert cell.goodput_mbit_s and cell.collateral == 0.0
     # The routes were put in place for the cell and taken down at its end ...
     events = [json.loads(x) for x in (lab.out_dir / "events.jsonl").read_text().splitlines()]
     routes = [e for e in events if e.get("cell") == Path(cell.cell_dir).name
@@ -372,7 +372,7 @@ def test_iodine_tunnels_through_the_lab_resolvers_delegation(lab):
     cell = run_row(lab, "iodine", curated("iodine"), bulk_size=200_000, benign=True,
                    bootstrap_timeout_s=20.0)
     assert cell.status == "reachable", cell.error
-    assert cell.goodput_mbps and cell.collateral == 0.0
+    assert cell.goodput_mbit_s and cell.collateral == 0.0
     from scapy.all import IP, TCP, UDP, rdpcap
 
     client_side = next(p for p in cell.pcaps if "censor-client" in p)
@@ -410,7 +410,7 @@ def inner_tls(lab):
 def test_workloads_can_carry_https_inside_the_transport(inner_tls):
     cell = run_row(inner_tls, "mytool", SS, bulk_size=1_000_000)
     assert cell.status == "reachable", cell.error
-    assert cell.goodput_mbps and not cell.notes
+    assert cell.goodput_mbit_s and not cell.notes
 
 
 @pytest.mark.lab

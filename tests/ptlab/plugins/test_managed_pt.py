@@ -23,7 +23,7 @@ def test_obfs4_is_reachable_in_every_pairing(lab, client, server):
     finally:
         lab.spec.transports.pop("obfs4")
     assert row.status == "reachable", row.error
-    assert row.goodput_mbps > 10
+    assert row.goodput_mbit_s > 10
 
 
 @pytest.mark.lab

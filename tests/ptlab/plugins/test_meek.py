@@ -39,7 +39,7 @@ def test_our_client_moves_20_mb_byte_exact_through_the_edge(lab, row_name):
     before = kept_count(lab.out_dir)
     row = run(lab, row_name, "none", bulk_size=MB20)
     assert row.status == "reachable", row.error
-    assert row.goodput_mbps and row.goodput_mbps > 0
+    assert row.goodput_mbit_s and row.goodput_mbit_s > 0
     # The server's session counters reach events.jsonl (they once lacked ts/component).
     assert {"ready", "stats"} <= components(lab.out_dir, since=before)["meek-server"]
 

@@ -125,7 +125,7 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     cell = run_row(lab, name, curated(name, SPEC.name), bulk_size=3_000_000)
     assert cell.status == "reachable", cell.error
     assert cell.repetitions_ok == cell.repetitions == 1
-    assert cell.goodput_mbps and cell.goodput_mbps > 1
+    assert cell.goodput_mbit_s and cell.goodput_mbit_s > 1
     # The runner's CPU accounting of each side while the workloads ran (tests/netns
     # checks the sums; a fast row moving 3 MB uses a few milliseconds).
     assert set(cell.cpu_s) == {"client", "server"}

@@ -71,7 +71,7 @@ def test_a_udp_row_moves_the_bulk_byte_exact_inside_its_own_udp_flow(lab, name, 
     cell = run_row(lab, name, row, bulk_size=BULK, benign=True, bootstrap_timeout_s=6.0)
     assert cell.status == "reachable", cell.error
     assert [r["bytes"] for r in cell.repetition_outcomes] == [BULK]
-    assert cell.goodput_mbps and cell.collateral == 0.0
+    assert cell.goodput_mbit_s and cell.collateral == 0.0
     # The bulk crossed the censor in UDP to or from the bridge's port, and the
     # workloads never reached the web server on their own.
     tool, stray = _crossed(lab, cell, port)

@@ -27,7 +27,7 @@ def test_webtunnel_moves_20_mb_byte_exact_through_nginx(lab):
     before = kept_count(lab.out_dir)
     row = run(lab, "webtunnel", "none", bulk_size=MB20)
     assert row.status == "reachable", row.error
-    assert row.goodput_mbps and row.goodput_mbps > 0
+    assert row.goodput_mbit_s and row.goodput_mbit_s > 0
     seen = components(lab.out_dir, since=before)
     assert "ready" in seen["webtunnel-nginx"] and "ready" in seen["ptparent-server"]
 

@@ -41,7 +41,7 @@ SAME = ("status", "error", "detector", "action", "detections", "repetitions", "r
         "collateral_detections", "benign_total",
         "benign_blocked", "benign_detail", "collateral", "expectation", "expectation_met",
         "probes_sent", "probe_verdicts")
-PRESENT = ("bootstrap_s", "goodput_mbps", "goodput_ci95", "latency_ms", "bytes_before_block",
+PRESENT = ("bootstrap_s", "goodput_mbit_s", "goodput_ci95", "latency_ms", "bytes_before_block",
            "time_to_detection_s", "censor_cpu_per_flow_ms", "rtt_ms")
 
 
