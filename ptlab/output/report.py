@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import multiprocessing
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from html import escape
 from pathlib import Path
@@ -35,6 +38,16 @@ REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
 #: Each figure is written in these formats: SVG and PDF for papers, PNG to glance at.
 FIGURE_FORMATS = ("svg", "pdf", "png")
+#: Up to this many cells the report is one self-contained page. Above it (a
+#: full.toml run has 966), it is an overview that loads at once: a status
+#: heatmap, the results table, figures as images beside the page (one per group
+#: of censor columns), and each cell's drill-down on a page of its own under
+#: CELL_PAGES, opened from the table.
+INLINE_CELLS = 60
+CELL_PAGES = "report-cells"
+#: Censor columns per goodput and latency figure in a large run: each stays as
+#: readable as a small run's.
+CENSORS_PER_FIGURE = 6
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
@@ -57,6 +70,10 @@ ol.timeline li { font-family: ui-monospace, monospace; font-size: 0.85em; }
 ol.timeline pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0.2em 0; }
 ol.timeline summary { cursor: pointer; }
 .role-transport { font-weight: bold; }
+table.heatmap td { padding: 0.1em 0.3em; font-size: 0.75em; text-align: center; }
+table.heatmap td a { color: inherit; text-decoration: none; }
+table.heatmap th.vert { height: 9em; white-space: nowrap; vertical-align: bottom; }
+table.heatmap th.vert span { writing-mode: vertical-rl; transform: rotate(180deg); }
 """
 
 #: Log lines worth showing in a cell's drill-down (not JSON events, which the
@@ -245,7 +262,7 @@ def _met(row: Row) -> tuple[str, str]:
     return f"✗ (expected {row.expectation})", "met-no"
 
 
-def _results_table_html(rows: Sequence[Row]) -> str:
+def _results_table_html(rows: Sequence[Row], pages: bool = False) -> str:
     head = ("<tr><th>cell</th><th>status k/n [95 % Wilson]</th>"
             "<th>goodput Mbit/s geo. mean [95 % CI] n</th>"
             "<th>latency ms median [CI] n</th><th>RTT ms</th><th>collateral</th>"
@@ -254,7 +271,8 @@ def _results_table_html(rows: Sequence[Row]) -> str:
     for r in rows:
         met, met_cls = _met(r)
         body.append(
-            f'<tr><td><a href="#{anchor(r)}">{escape(r.transport)} × {escape(r.censor)}</a></td>'
+            f'<tr><td><a href="{f"{CELL_PAGES}/{anchor(r)}.html" if pages else "#" + anchor(r)}">'
+            f"{escape(r.transport)} × {escape(r.censor)}</a></td>"
             f'<td class="status status-{escape(r.status)}">{escape(cellfmt.status(r))} '
             f"{escape(cellfmt.reachability_interval(r))}</td>"
             f'<td class="num">{escape(cellfmt.goodput(r))}</td>'
@@ -355,7 +373,7 @@ def _timeline_html(events: list[dict[str, Any]]) -> str:
     return f'<ol class="timeline">{"".join(items)}</ol>{more}'
 
 
-def _logs_html(directory: Path | None, row: Row) -> str:
+def _logs_html(directory: Path | None, row: Row, link_prefix: str = "") -> str:
     if directory is None or not row.cell_dir:
         return ""
     cell = directory / row.cell_dir
@@ -366,7 +384,7 @@ def _logs_html(directory: Path | None, row: Row) -> str:
         if not f.is_file():
             continue
         rel = f.relative_to(directory).as_posix()
-        links.append(f'<a href="{escape(rel)}">{escape(f.name)}</a>')
+        links.append(f'<a href="{escape(link_prefix + rel)}">{escape(f.name)}</a>')
         if f.suffix == ".log":
             lines = [x for x in f.read_text(errors="replace").splitlines()
                      if not x.lstrip().startswith("{") and NOTABLE.search(x)]
@@ -390,8 +408,12 @@ def _repetitions_html(row: Row) -> str:
             f"<th>error</th></tr>{body}</table>")
 
 
-def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -> str:
-    pcaps = " · ".join(f'<a href="{escape(p)}">{escape(Path(p).name)}</a>' for p in row.pcaps)
+def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None,
+               link_prefix: str = "") -> str:
+    """A cell's drill-down; `link_prefix` leads from where the page is to the
+    results directory (a large run's cell pages sit one level down)."""
+    pcaps = " · ".join(f'<a href="{escape(link_prefix + p)}">{escape(Path(p).name)}</a>'
+                       for p in row.pcaps)
     notes = "".join(f"<li>{escape(n)}</li>" for n in row.notes)
     return (f'<section class="cell" id="{anchor(row)}">'
             f"<h3>{escape(row.transport)} × {escape(row.censor)}</h3>"
@@ -401,7 +423,7 @@ def _cell_html(row: Row, events: list[dict[str, Any]], directory: Path | None) -
             + "<h4>Timeline</h4>" + _timeline_html(events)
             + "<h4>Captures and logs</h4>"
             + (f"<p>pcaps: {pcaps}</p>" if pcaps else "<p>No captures.</p>")
-            + _logs_html(directory, row)
+            + _logs_html(directory, row, link_prefix)
             + "</section>")
 
 
@@ -427,6 +449,101 @@ def _figure(name: str, fig: Figure, alt: str, directory: Path | None) -> str:
             f'alt="{escape(alt)}"></figure>')
 
 
+def _image(name: str, alt: str) -> str:
+    """A figure written beside the report, shown as its PNG, loaded when scrolled to."""
+    links = ", ".join(f'<a href="{FIGURES_DIR}/{name}.{ext}">{ext.upper()}</a>'
+                      for ext in FIGURE_FORMATS)
+    return (f'<figure id="fig-{name}"><img loading="lazy" src="{FIGURES_DIR}/{name}.png" '
+            f'alt="{escape(alt)}" style="max-width:100%"><figcaption>{escape(alt)} '
+            f"({links})</figcaption></figure>")
+
+
+_FIGURES: dict[str, Callable[[Sequence[Row]], Figure | None]] = {
+    "status": figures.status_grid, "goodput": figures.goodput_facets,
+    "goodput-relative": figures.relative_goodput, "latency": figures.latency_points}
+
+
+def _write_figure(directory: Path, name: str, kind: str, rows: Sequence[Row]) -> bool:
+    """Draw figure `kind` of `rows` and write it as figures/NAME.{svg,pdf,png};
+    False when the rows give it nothing to draw."""
+    fig = _FIGURES[kind](rows)
+    if fig is None:
+        return False
+    out = figures.render(fig)
+    fig_dir = directory / FIGURES_DIR
+    fig_dir.mkdir(exist_ok=True)
+    (fig_dir / f"{name}.svg").write_text(out.svg, encoding="utf-8")
+    (fig_dir / f"{name}.pdf").write_bytes(out.pdf)
+    (fig_dir / f"{name}.png").write_bytes(out.png)
+    return True
+
+
+def _large_figures_html(rows: Sequence[Row], directory: Path) -> str:
+    """A large run's figures: the status grid, then goodput, goodput relative to no
+    censor, and latency per group of CENSORS_PER_FIGURE columns; drawn in parallel
+    on every CPU (each figure is its own work), shown as images."""
+    columns = list(dict.fromkeys(r.censor for r in rows))
+    groups = [columns[i:i + CENSORS_PER_FIGURE]
+              for i in range(0, len(columns), CENSORS_PER_FIGURE)]
+    jobs: list[tuple[str, str, list[Row], str]] = [
+        ("status", "status", list(rows), "status per cell, k/n repetitions")]
+    for i, group in enumerate(groups, 1):
+        chosen = [r for r in rows if r.censor in group or r.censor == "none"]
+        label = f"censors {group[0]} … {group[-1]}" if len(group) > 1 else group[0]
+        jobs += [(f"goodput-{i}", "goodput", [r for r in chosen if r.censor in group],
+                  f"goodput per cell, {label}"),
+                 (f"goodput-relative-{i}", "goodput-relative", chosen,
+                  f"goodput relative to no censor, {label}"),
+                 (f"latency-{i}", "latency", [r for r in chosen if r.censor in group],
+                  f"latency samples per cell, {label}")]
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        drawn = list(pool.map(_write_figure, [directory] * len(jobs),
+                              [j[0] for j in jobs], [j[1] for j in jobs], [j[2] for j in jobs]))
+    return "".join(_image(name, alt) for (name, _, _, alt), ok in zip(jobs, drawn, strict=True)
+                   if ok)
+
+
+def _heatmap_html(rows: Sequence[Row]) -> str:
+    """Every cell's status as a table coloured like the status figure: a large
+    matrix at a glance, each cell linking its page."""
+    transports = list(dict.fromkeys(r.transport for r in rows))
+    columns = list(dict.fromkeys(r.censor for r in rows))
+    by_cell = {(r.transport, r.censor): r for r in rows}
+    head = "<tr><th></th>" + "".join(
+        f'<th class="vert"><span>{escape(c)}</span></th>' for c in columns) + "</tr>"
+    body = []
+    for t in transports:
+        cells = []
+        for c in columns:
+            r = by_cell.get((t, c))
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            short = (r.status[0].upper() if r.repetitions_ok is None
+                     else f"{r.repetitions_ok}/{r.repetitions}")
+            cells.append(f'<td class="status status-{escape(r.status)}" '
+                         f'title="{escape(r.cell)}: {escape(cellfmt.summary(r))}">'
+                         f'<a href="{CELL_PAGES}/{anchor(r)}.html">{escape(short)}</a></td>')
+        body.append(f"<tr><th>{escape(t)}</th>{''.join(cells)}</tr>")
+    return f'<table class="heatmap">{head}{"".join(body)}</table>'
+
+
+def _write_cell_pages(results: Results, directory: Path,
+                      events: dict[str, list[dict[str, Any]]]) -> None:
+    """Each cell's drill-down on a page of its own, for a large run."""
+    pages = directory / CELL_PAGES
+    pages.mkdir(exist_ok=True)
+    for r in results.rows:
+        cell = _cell_html(r, events.get(Path(r.cell_dir).name if r.cell_dir else "", []),
+                          directory, link_prefix="../")
+        (pages / f"{anchor(r)}.html").write_text(
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{escape(r.cell)}</title><style>{_CSS}</style></head><body>"
+            f'<p><a href="../{REPORT_HTML}">the whole run</a></p>{cell}</body></html>\n',
+            encoding="utf-8")
+
+
 def render_html(results: Results, directory: Path | None = None) -> str:
     """The whole report as one HTML string; with ``directory`` (the run's results)
     the drill-down reads its events and logs and the figures are also written there."""
@@ -442,7 +559,21 @@ def render_html(results: Results, directory: Path | None = None) -> str:
         "<h2>Censors and their overrides</h2>", _censors_html(results),
         "<h2>Results</h2>",
     ]
-    if rows:
+    large = directory is not None and len(rows) > INLINE_CELLS
+    if rows and large:
+        assert directory is not None
+        sections.append(f"<p>{len(rows)} cells: each row of the table and each square of "
+                        "the heatmap opens the cell's own page.</p>")
+        sections.append(_heatmap_html(rows))
+        sections.append(_results_table_html(rows, pages=True))
+        sections.append("<p>Status: reachable when at least half the repetitions got "
+                        "through byte-exact (docs/lab/results.md §2).</p>")
+        sections.append("<h2>Figures</h2>" + _large_figures_html(rows, directory))
+        sections.append("<h2>Collateral damage by benign class</h2>"
+                        "<p>Benign flows blocked / run, per class and censor, summed over "
+                        "the transports' cells.</p>" + _collateral_html(rows))
+        _write_cell_pages(results, directory, events)
+    elif rows:
         sections.append(_results_table_html(rows))
         sections.append("<p>Status: reachable when at least half the repetitions got "
                         "through byte-exact (docs/lab/results.md §2).</p>")

@@ -143,3 +143,25 @@ def forty_cell_run() -> list[Row]:
             rows.append(measured_row(t, c, goodputs,
                                      lat if any(x is not None for x in goodputs) else []))
     return rows
+
+
+def matrix_run(transports: int = 23, censors: int = 42) -> list[Row]:
+    """A full.toml-sized matrix (23 x 42 = 966 cells): every censor blocks some rows,
+    slows others, and lets the rest through; a row is skipped and a few cells are
+    ERROR, as in a real run of that size."""
+    rows = []
+    for i in range(transports):
+        t = f"transport-{i:02}" if i else "direct"
+        base = 10.0 ** (1 + i % 4)
+        for j in range(censors):
+            c = "none" if j == 0 else f"censor-{j:02}-2026"
+            if i == transports - 1:
+                rows.append(skipped_row(transport=t, censor=c))
+            elif (i * 7 + j) % 97 == 3:
+                rows.append(error_row(transport=t, censor=c, error="bridge not ready"))
+            elif j and (i + j) % 3 == 0:
+                rows.append(measured_row(t, c, [None, None, None]))
+            else:
+                g = base * (0.5 if j and (i + j) % 5 == 0 else 1.0)
+                rows.append(measured_row(t, c, _spread(g, 3, rel=0.2), _spread(5.0, 10)))
+    return rows
