@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.daskcluster import LocalDaskCluster  # noqa: E402
 
 #: 8 rows x 5 columns: quick transports and censors that block in different ways.
 SPEC = """
@@ -87,38 +90,6 @@ def cell_seconds(out: Path) -> list[float]:
     return [r["cell_seconds"] for r in rows if r.get("cell_seconds") is not None]
 
 
-class LocalCluster:
-    """`dask scheduler` and two `dask worker` processes on loopback."""
-
-    def __init__(self, tmp: Path, workers: int = 2) -> None:
-        self.file = tmp / "scheduler.json"
-        dask = str(Path(sys.executable).with_name("dask"))
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT}
-        self.procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port",
-                                        "0", "--no-dashboard", "--scheduler-file",
-                                        str(self.file)], **quiet)]  # type: ignore[call-overload]
-        while not self.file.exists():
-            time.sleep(0.2)
-        self.procs += [subprocess.Popen([dask, "worker", "--scheduler-file", str(self.file),
-                                         "--nthreads", "1", "--no-dashboard"],
-                                        **quiet)  # type: ignore[call-overload]
-                       for _ in range(workers)]
-        from distributed import Client
-
-        with Client(scheduler_file=str(self.file), timeout="60s") as client:
-            client.wait_for_workers(workers, timeout=120)
-
-    @property
-    def address(self) -> str:
-        return json.loads(self.file.read_text())["address"]
-
-    def close(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            p.wait(30)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -136,13 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         modes["serial"] = ptlab("run", str(spec), "--results", str(tmp / "serial"))
         modes["--jobs 2"] = ptlab("run", str(spec), "--jobs", "2",
                                   "--results", str(tmp / "jobs2"))
-        cluster = LocalCluster(tmp)
+        cluster = LocalDaskCluster(tmp)
         try:
             modes["dask, 2 workers"] = ptlab("run", str(spec), "--executor", "dask",
                                              "--scheduler", cluster.address,
                                              "--results", str(tmp / "dask"))
         finally:
-            cluster.close()
+            cluster.stop()
         serial = statuses(tmp / "serial")
         dirs = {"serial": "serial", "--jobs 2": "jobs2", "dask, 2 workers": "dask"}
         print(f"{'mode':<18}{'cells':>6}{'wall s':>9}{'÷ serial':>10}{'CPU s':>8}  statuses")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import cleanup
+from tests.support.daskcluster import LocalDaskCluster
 
 from .conftest import REPO, ptlab
 
@@ -54,46 +54,6 @@ enabled = false
 """
 
 
-class Cluster:
-    """A Dask scheduler and two workers, as `dask scheduler` and `dask worker` run
-    them on a cluster's machines (here, on loopback)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.file = tmp / "scheduler.json"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        dask = str(Path(sys.executable).with_name("dask"))
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": REPO}
-        self.procs["scheduler"] = subprocess.Popen(
-            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             "--scheduler-file", str(self.file)], **quiet)  # type: ignore[call-overload]
-        deadline = time.monotonic() + 60
-        while not self.file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for name in ("w0", "w1"):
-            # No nanny: a killed worker stays dead, as a lost machine does.
-            self.procs[name] = subprocess.Popen(
-                [dask, "worker", "--scheduler-file", str(self.file), "--nthreads", "1",
-                 "--no-nanny", "--no-dashboard", "--name", name],
-                **quiet)  # type: ignore[call-overload]
-        with distributed.Client(scheduler_file=str(self.file), timeout="60s") as client:
-            client.wait_for_workers(2, timeout=120)
-
-    @property
-    def address(self) -> str:
-        return json.loads(self.file.read_text())["address"]
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        cleanup.down_orphans()  # the labs of a killed worker
-
-
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("dask") / "dask12.toml"
@@ -110,8 +70,8 @@ def serial(spec: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, st
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(tmp_path: Path) -> Iterator[LocalDaskCluster]:
+    c = LocalDaskCluster(tmp_path)
     try:
         yield c
     finally:

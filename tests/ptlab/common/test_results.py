@@ -159,15 +159,13 @@ def test_schema_version_constant() -> None:
 
 
 def test_results_of_schema_3_load_with_no_settings(tmp_path: Path) -> None:
-    write_results(sample_results(), tmp_path)
-    path = tmp_path / "results.json"
-    data = json.loads(path.read_text())
-    data["schema_version"] = 3
-    del data["settings"], data["setting_origins"]
-    for row in data["rows"]:
-        for key in ("cell_seconds", "benign_lab_failures", "benign_unjudged"):
-            del row[key]
-    path.write_text(json.dumps(data))
+    def older(data: dict) -> None:
+        del data["settings"], data["setting_origins"], data["selection"]
+        for row in data["rows"]:
+            for key in ("cell_seconds", "benign_lab_failures", "benign_unjudged"):
+                del row[key]
+
+    rewrite_as(tmp_path, 3, older)
     old = load_results(tmp_path)
     assert old.settings == {} and old.rows[0].benign_lab_failures == {}
 
@@ -264,11 +262,21 @@ def test_binary_version_timeout_kills_children(
 
 
 def test_an_older_runs_goodput_mbps_is_read_as_goodput_mbit_s(tmp_path: Path) -> None:
+    def older(data: dict) -> None:
+        for row in data["rows"]:
+            row["goodput_mbps"] = row.pop("goodput_mbit_s")
+
+    rewrite_as(tmp_path, 3, older)
+    assert load_results(tmp_path).rows[0].goodput_mbit_s == 42.0
+
+
+def rewrite_as(tmp_path: Path, version: int, change=None) -> None:
+    """Write the sample run, then rewrite its results.json as schema `version` had
+    it (`change` removes or renames what that version lacked)."""
     write_results(sample_results(), tmp_path)
     path = tmp_path / "results.json"
     data = json.loads(path.read_text())
-    data["schema_version"] = 3
-    for row in data["rows"]:
-        row["goodput_mbps"] = row.pop("goodput_mbit_s")
+    data["schema_version"] = version
+    if change is not None:
+        change(data)
     path.write_text(json.dumps(data))
-    assert load_results(tmp_path).rows[0].goodput_mbit_s == 42.0

@@ -13,7 +13,6 @@ from aiohttp.test_utils import TestServer
 from tests.support.echo import start_echo_server
 from transports.base import TransportError
 from transports.common.elligator2 import new_keypair
-from transports.conjure import station
 from transports.conjure.phantom import (
     PhantomConfig,
     SubnetGroup,
@@ -196,12 +195,3 @@ async def test_refusals_are_400_with_the_reason():
     finally:
         await registrar.close()
         app.close()
-
-
-def test_the_help_needs_no_docstrings(monkeypatch, capsys):
-    """``python -OO`` drops docstrings, which the help's description is read from."""
-    monkeypatch.setattr(station.main, "__doc__", None)
-    with pytest.raises(SystemExit) as exit_:
-        station.main(["--help"])
-    assert exit_.value.code == 0
-    assert "--listen" in capsys.readouterr().out

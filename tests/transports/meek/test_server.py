@@ -11,7 +11,6 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transports.meek import server as meekserver
 from transports.meek.server import (
     DECOY_TEXT,
     MAX_PAYLOAD,
@@ -310,12 +309,3 @@ def test_the_command_line_takes_every_cap(capsys):
               "--http-max-waiting", "none"])
     assert exit_.value.code == 2
     assert "http-max-waiting must be a positive whole number" in capsys.readouterr().err
-
-
-def test_the_help_needs_no_docstrings(monkeypatch, capsys):
-    """``python -OO`` drops docstrings, which the help's description is read from."""
-    monkeypatch.setattr(meekserver.main, "__doc__", None)
-    with pytest.raises(SystemExit) as exit_:
-        meekserver.main(["--help"])
-    assert exit_.value.code == 0
-    assert "--listen" in capsys.readouterr().out

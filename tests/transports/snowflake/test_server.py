@@ -335,12 +335,3 @@ def test_the_command_line_takes_every_cap(capsys):
                        "--max-streams-per-client", "x"])
     assert exit_.value.code == 2
     assert "max-streams-per-client must be a whole number" in capsys.readouterr().err
-
-
-def test_the_help_needs_no_docstrings(monkeypatch, capsys):
-    """``python -OO`` drops docstrings, which the help's description is read from."""
-    monkeypatch.setattr(sfserver.main, "__doc__", None)
-    with pytest.raises(SystemExit) as exit_:
-        sfserver.main(["--help"])
-    assert exit_.value.code == 0
-    assert "--listen" in capsys.readouterr().out
