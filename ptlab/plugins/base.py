@@ -70,6 +70,14 @@ class CellContext:
     lab_ca: Path | None = None  # the lab CA's root certificate, which lab clients trust
     lab_dir: Path | None = None  # lab-wide state shared by cells (the private Tor network)
     python: str = sys.executable
+    # Above 1 on emulated machines (qemu's TCG): a process's own waits, such as
+    # ptparent's for a PT's method lines, stretch by as much as the lab's do.
+    timeout_scale: float = 1.0
+
+    def seconds(self, base: float) -> str:
+        """`base` seconds of a process's own wait, stretched by the machines'
+        slowdown, as a command-line argument."""
+        return f"{base * self.timeout_scale:g}"
 
     def py(self, *module_args: str) -> list[str]:
         return [self.python, "-m", *module_args]
@@ -88,10 +96,15 @@ class CellContext:
         return LabCA.load_or_create(Path(self.lab_ca).parent).issue(names, addrs, stem)
 
 
+#: How long ptparent waits for a PT's method lines (its --timeout), on this machine.
+PT_METHODS_S = 20.0
+
+
 def pt_client_service(ctx: CellContext, name: str, transport: str, cmd: list[str]) -> Service:
     """A client PT (ours or a real binary) in managed mode under ``ptlab.processes.ptparent`` in
     the client namespace; it trusts the lab CA (the edge's certificate)."""
     argv = ctx.py("ptlab.processes.ptparent", "client", "--transport", transport,
+                  "--timeout", ctx.seconds(PT_METHODS_S),
                   "--state", str(ctx.workdir / f"{name}-client-state"),
                   "--info", str(ctx.workdir / f"{name}-client.json"), "--", *cmd)
     env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}

@@ -17,7 +17,7 @@ from typing import Any
 from transports.obfs4.statefile import load_or_create
 from transports.obfs4.transport import FIRST_SEGMENT_ARG, MAX_FIRST_SEGMENT
 
-from .base import CellContext, Endpoint, LabPlugin, Service
+from .base import PT_METHODS_S, CellContext, Endpoint, LabPlugin, Service
 
 BRIDGE_PORT = 9002
 
@@ -89,6 +89,7 @@ class ManagedPTPlugin(LabPlugin):
 
     def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
         return ctx.py("ptlab.processes.ptparent", role, "--transport", self.transport,
+                      "--timeout", ctx.seconds(PT_METHODS_S),
                       "--state", str(ctx.workdir / f"{self.name}-{role}-state"),
                       "--info", str(ctx.workdir / f"{self.name}-{role}.json"),
                       *extra, "--", *cmd)

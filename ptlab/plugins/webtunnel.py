@@ -27,7 +27,15 @@ from typing import Any
 from transports.webtunnel.synthetic import SYNTHETIC_PORT, VERSION, synthetic_address
 
 from ..services.nginxfront import Front, secret_path
-from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
+from .base import (
+    PT_METHODS_S,
+    CellContext,
+    Endpoint,
+    LabPlugin,
+    Service,
+    pt_client_service,
+    pt_client_socks,
+)
 
 SITE_NAME = "bridge.lab"
 FRONT_PORT = 443  # nginx, on every bridge address
@@ -77,6 +85,7 @@ class WebTunnelPlugin(LabPlugin):
         host, port = ctx.upstream
         server = Service("webtunnel-server", "bridge", ctx.py(
             "ptlab.processes.ptparent", "server", "--transport", "webtunnel",
+            "--timeout", ctx.seconds(PT_METHODS_S),
             "--state", str(ctx.workdir / "webtunnel-server-state"),
             "--info", str(ctx.workdir / "webtunnel-server.json"),
             "--bind", f"127.0.0.1:{BACKEND_PORT}", "--orport", f"{host}:{port}",

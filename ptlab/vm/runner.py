@@ -209,7 +209,8 @@ class VmBackend(LabBackend):
         assert self.services
         return CellContext(self.vlab, cell_dir, options, seed, self.services.upstream,
                            lab_ca=self.services.ca.ca_path if self.services.ca else None,
-                           lab_dir=self.services.dir, python=self.hosts["servers"].python)
+                           lab_dir=self.services.dir, python=self.hosts["servers"].python,
+                           timeout_scale=self.machines.slowdown)
 
     def share(self, path: Path) -> None:
         for host in self.hosts.values():
