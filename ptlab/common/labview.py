@@ -45,6 +45,9 @@ class Process(Protocol):
 
 
 class Stoppable(Protocol):
-    """A packet capture: started for a cell, stopped when it ends."""
+    """A packet capture: started for a cell, stopped when it ends; its log holds
+    tcpdump's closing counts."""
 
     def stop(self) -> Any: ...
+
+    def log_text(self, this_run_only: bool = False) -> str: ...

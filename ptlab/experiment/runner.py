@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from censor_sim import profile as profiles
+from netns.capture import dropped_packets
 from netns.errors import LabError
 from ptcommon.events import count_events, event_record, parse_event_line
 
@@ -424,11 +425,23 @@ class LabRunner:
             p.stop()
         for role, dev in run.gso_limited:  # the veth default
             self.backend.exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
-        for c in run.captures:
+        pcaps: list[Path | None] = (list(run.pcaps) if len(run.pcaps) == len(run.captures)
+                                    else [None] * len(run.captures))
+        for c, pcap in zip(run.captures, pcaps, strict=True):
             try:
                 c.stop()
             except LabError as exc:
                 self.log(f"capture: {exc}")
+                continue
+            # A capture that lost packets is said so, where the cell's events are:
+            # a reader counting bytes in it must know it is short.
+            dropped = dropped_packets(c.log_text())
+            if dropped:
+                self.log(f"capture {pcap.name if pcap else run.name}: the kernel dropped "
+                         f"{dropped} packets")
+                run.markers.append(event_record(
+                    "runner", "capture_dropped", cell=run.name, packets=dropped,
+                    pcap=pcap.name if pcap else None))
         events = self._read_events(run.name, run.procs, run.roles)
         if self.services:  # lab-wide services: what they logged during this cell
             events += self._read_events(run.name, self.services.procs, run.roles)

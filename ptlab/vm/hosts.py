@@ -14,9 +14,12 @@ path everywhere), so an argv built here means the same thing there.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -151,11 +154,39 @@ class SshHost:
                            input=p.stdout, check=True, capture_output=True)
 
 
+#: What a Unix socket's path may hold (sun_path, 108 bytes with its NUL).
+SOCKET_PATH_MAX = 107
+#: ssh's ControlPath %C (40 hex digits), and the ".XXXXXXXXXXXXXXXX" suffix of
+#: the temporary socket ssh binds before renaming it, with the separating slash.
+_CONTROL_NAME_LEN = 1 + 40 + 17
+
+
+def control_dir(preferred: Path) -> Path:
+    """The directory for the hosts' ssh control sockets: `preferred` (the run's
+    own) when the sockets' paths fit a Unix socket, else a short directory of the
+    lab's under the temporary directory, named after `preferred` so two runs
+    never share one. A pytest temporary path is long enough to overflow it:
+    ssh then refuses with "too long for Unix domain socket"."""
+    if len(str(preferred)) + _CONTROL_NAME_LEN <= SOCKET_PATH_MAX:
+        path = preferred
+    else:
+        tag = hashlib.sha1(str(preferred).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"ptl-ssh-{tag}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def close_masters(hosts: dict[str, SshHost]) -> None:
-    """Close the shared ssh connection (ControlMaster) of each host."""
+    """Close the shared ssh connection (ControlMaster) of each host, and remove
+    a short control directory made for them (:func:`control_dir`)."""
+    dirs = set()
     for h in hosts.values():
         subprocess.run([*h.ssh_argv("true")[:-2], "-O", "exit", h.name],
                        capture_output=True, timeout=10)
+        if h.control_dir is not None and h.control_dir.name.startswith("ptl-ssh-"):
+            dirs.add(h.control_dir)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class SshProcess:

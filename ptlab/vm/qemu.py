@@ -33,7 +33,7 @@ from pathlib import Path
 
 from netns.errors import LabError
 
-from .hosts import SshHost, close_masters
+from .hosts import SshHost, close_masters, control_dir
 from .image import REPO, Image
 from .layout import MACHINES, PREFIXLEN
 
@@ -284,8 +284,7 @@ class QemuMachines:
         self.accel = state["accel"]
         self.slowdown = slowdown(self.accel)
         cfg = self.state_dir / "ssh_config"
-        control = self.state_dir / "ssh"
-        control.mkdir(mode=0o700, exist_ok=True)
+        control = control_dir(self.state_dir / "ssh")
         self.hosts = {m: SshHost(m, cfg, sudo=False, control_dir=control) for m in MACHINES}
         data = checkout_tar()
         for host in self.hosts.values():

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from censor_sim import profile as profiles
+from netns.capture import BUFFER_KIB as CAPTURE_BUFFER_KIB
 from netns.errors import LabError
 
 from ..common.labview import Process
@@ -242,8 +243,8 @@ class VmBackend(LabBackend):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
             run.pcaps.append(pcap)
             p = self.hosts["censor"].spawn(
-                ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-s",
-                 str(self.spec.capture_snaplen), "-U", "-w", str(pcap)],
+                ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-B", str(CAPTURE_BUFFER_KIB),
+                 "-s", str(self.spec.capture_snaplen), "-U", "-w", str(pcap)],
                 f"tcpdump-{peer}", pcap.with_suffix(".log"))
             run.captures.append(p)
             p.wait_log(r"listening on", 5.0 * self.machines.slowdown)

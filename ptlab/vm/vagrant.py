@@ -16,7 +16,7 @@ from pathlib import Path
 
 from netns.errors import LabError
 
-from .hosts import SshHost, close_masters
+from .hosts import SshHost, close_masters, control_dir
 from .layout import MACHINES
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -83,8 +83,7 @@ class VagrantMachines:
         self.work.mkdir(parents=True, exist_ok=True)
         cfg = self.work / "ssh_config"
         cfg.write_text(vagrant(["ssh-config", *MACHINES], self.root).stdout)
-        control = self.work / "ssh"
-        control.mkdir(mode=0o700, exist_ok=True)
+        control = control_dir(self.work / "ssh")
         self.hosts = {m: SshHost(m, cfg, control_dir=control) for m in MACHINES}
         return self
 

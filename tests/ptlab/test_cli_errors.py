@@ -87,7 +87,10 @@ def test_vm_run_refuses_what_three_machines_cannot_hold():
 
 @pytest.mark.lab
 def test_vm_run_without_vms_says_why_in_one_line(tmp_path):
-    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vh"), "VAGRANT_DEFAULT_PROVIDER": "none"}
+    # qemu's state in a directory of this test's: VMs another run has up on this
+    # machine (/var/lib/ptlab/vm-qemu) are not this test's to find.
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vh"), "VAGRANT_DEFAULT_PROVIDER": "none",
+           "PTLAB_VM_STATE": str(tmp_path / "qemu-state")}
     proc = ptlab("vm", "run", "experiments/vm.toml", env=env)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]

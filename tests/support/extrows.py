@@ -34,3 +34,14 @@ def run_row(lab, name: str, options: dict, censor: str = "none",
         return lab.run_cell(name, censor, overrides, **workloads)
     finally:
         lab.spec.transports.pop(name)
+
+
+def capture_drops(lab, cell) -> dict[str, int]:
+    """Packets the kernel dropped from each of ``cell``'s captures (the runner's
+    capture_dropped events): why a byte count taken from its pcaps came up short."""
+    import json
+
+    name = Path(cell.cell_dir).name
+    events = [json.loads(x) for x in (lab.out_dir / "events.jsonl").read_text().splitlines()]
+    return {e["pcap"]: e["packets"] for e in events
+            if e.get("cell") == name and e.get("event") == "capture_dropped"}

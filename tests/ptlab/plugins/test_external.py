@@ -33,7 +33,7 @@ from ptlab.plugins.external import (
     ExternalPlugin,
 )
 from ptlab.services.ca import LabCA
-from tests.support.extrows import curated, run_row
+from tests.support.extrows import capture_drops, curated, run_row
 
 SS = {"kind": "external", "mode": "socks",
       "server": "ss-server -s {server_host} -p {server_port} -k {secret} "
@@ -329,7 +329,8 @@ def test_tunnel_mode_vpns_move_the_bulk_byte_exact_beside_the_benign_mix(lab, ro
     pkts = rdpcap(str(lab.out_dir / client_side))
     web, _ = lab.runner.services.benign_targets().http[0][:2]
     vpn = [p for p in pkts if (UDP in p or TCP in p) and 9850 in (p.sport, p.dport)]
-    assert sum(p[IP].len for p in vpn) > 2_000_000
+    crossed = sum(p[IP].len for p in vpn)
+    assert crossed > 2_000_000, f"{crossed} bytes; capture drops {capture_drops(lab, cell)}"
     assert not any(IP in p and p[IP].dst == web and TCP in p and p[TCP].dport == 80
                    and p[TCP].sport not in BENIGN_PORTS for p in pkts)
 

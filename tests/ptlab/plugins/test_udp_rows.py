@@ -14,7 +14,7 @@ import pytest
 from ptlab.common.flowroles import BENIGN_PORTS
 from ptlab.common.wellknown import SERVER_PORT, WEB_HTTP, WEB_HTTPS
 from ptlab.plugins.external import LOCAL_PORT, SOCKS_PORT
-from tests.support.extrows import curated, run_row
+from tests.support.extrows import capture_drops, curated, run_row
 
 ROWS = ("kcptun", "quicktun")
 BULK = 2_000_000
@@ -75,7 +75,7 @@ def test_a_udp_row_moves_the_bulk_byte_exact_inside_its_own_udp_flow(lab, name, 
     # The bulk crossed the censor in UDP to or from the bridge's port, and the
     # workloads never reached the web server on their own.
     tool, stray = _crossed(lab, cell, port)
-    assert tool > BULK, tool
+    assert tool > BULK, f"{tool} bytes in the pcap; capture drops {capture_drops(lab, cell)}"
     assert not stray, stray[:5]
     # The server was declared ready by what fits UDP: kcptun by its bound port
     # (it prints nothing to wait for), QuickTun by its tun device.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-from ptlab.vm.hosts import SshHost
+from ptlab.vm.hosts import SOCKET_PATH_MAX, SshHost, close_masters, control_dir
 from ptlab.vm.vagrant import parse_status
 
 
@@ -68,3 +70,29 @@ def test_a_vagrant_error_exit_is_one_readable_line():
             "with 3rd party systems%!(VAGRANT_COMMA) known as\\n'providers'\n")
     assert error_exit(text) == ["No usable default provider could be found for your system."]
     assert error_exit("1,client,state,running\n") == []
+
+
+def test_control_sockets_fit_a_unix_socket_path_however_deep_the_run_dir(tmp_path):
+    """ssh binds "<ControlPath>.<16 random>" before renaming it to %C (40 hex
+    digits): under a pytest temporary directory that overflowed sun_path and ssh
+    refused ("too long for Unix domain socket"). A short run dir is used as is;
+    a deep one gets a short directory of the lab's, one per run dir, removed when
+    the connections close."""
+    short = Path(tempfile.mkdtemp(prefix="ptl-t-", dir="/tmp")) / "ssh"
+    try:
+        assert control_dir(short) == short and short.is_dir()
+    finally:
+        shutil.rmtree(short.parent)
+    deep = tmp_path / ("d" * 60) / "state" / "ssh"
+    a, b = control_dir(deep), control_dir(tmp_path / "other" / ("d" * 60) / "ssh")
+    try:
+        assert a != b and a.name.startswith("ptl-ssh-") and a.stat().st_mode & 0o777 == 0o700
+        for d in (a, b):
+            assert len(f"{d}/{'0' * 40}.{'x' * 16}") <= SOCKET_PATH_MAX
+        assert control_dir(deep) == a   # the same run dir, the same directory
+        close_masters({"client": SshHost("client", tmp_path / "cfg", control_dir=a)})
+        assert not a.exists()
+    finally:
+        for d in (a, b):
+            if d.exists():
+                d.rmdir()

@@ -28,7 +28,7 @@ from netns.sh import which
 from ptcommon.events import count_events
 from ptlab.experiment.runner import LabRunner
 from ptlab.services.sshd import SSHD, prepare_sshd
-from ptlab.vm.hosts import SshHost
+from ptlab.vm.hosts import SshHost, control_dir
 from ptlab.vm.layout import SERVER_ROLE_ADDRESSES, VmLab
 from ptlab.vm.runner import VmRunner
 from ptlab.vm.split import SplitMachines
@@ -68,8 +68,7 @@ class SshSplit(SplitMachines):
                       f"{self.private} && exec {SSHD} -i -f {files.config}'"]
         cfg = self.state_dir / "ssh_config"
         cfg.write_text("\n".join(lines) + "\n")
-        control = self.state_dir / "ssh"
-        control.mkdir(mode=0o700)
+        control = control_dir(self.state_dir / "ssh")
         self.ssh = {m: SshHost(m, cfg, python=sys.executable, cwd=str(REPO), sudo=False,
                                control_dir=control) for m in self.hosts}
         self.hosts = self.ssh  # type: ignore[assignment]
