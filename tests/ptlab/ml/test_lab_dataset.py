@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from censor_sim.detectors.ml.model import entropy_length_model
 from ptlab.ml.dataset import collect, load_dataset, parse_dataset_spec
 from ptlab.ml.evaluate import EvalOptions, evaluate, split
 
@@ -67,7 +68,7 @@ def test_dataset_has_labelled_flows_from_real_pcaps(dataset):
     assert dataset.manifest["counts"]["obfs4"]["wan"] > 0
 
 
-def test_entropy_length_test_separates_obfs4_from_the_benign_mix(result):
+def test_entropy_length_test_separates_obfs4_from_the_benign_mix(dataset, result):
     m = by_kind(result, "obfs4")["entropy-length"]
     assert m["tpr"] >= 0.97 and m["tpr_ci95"][0] >= 0.9
     # Its false positives are the random-looking binary protocol only: none on
@@ -75,7 +76,20 @@ def test_entropy_length_test_separates_obfs4_from_the_benign_mix(result):
     for app, v in m["fpr_by_app"].items():
         if app != "binary":
             assert v["flagged"] == 0, (app, v)
-    assert m["fpr"] <= 0.06
+    # Its FPR over every benign flow, at 0.06 as before. The test learns nothing,
+    # so no flow is one it was fitted on, and the held-out 120 were a sample of
+    # the 400 that moved with the capture's order: the binary protocol is 4 % of
+    # the sessions (16 of 400, drawn by the seeded RNG) and each is flagged, and
+    # 4 to 8 of them fell in the 120 in sixteen collections, an FPR of
+    # 0.033-0.067 (three failed runs in seven). Over all 400: 0.04, whatever
+    # the order. The held-out figure must agree within its interval.
+    model = entropy_length_model(result["dataset"]["window"])
+    benign = [(x, row["app"]) for x, row in zip(dataset.X, dataset.meta, strict=True)
+              if row["label"] == "benign"]
+    flagged = [app for x, app in benign if model.decide_vector(x).flagged]
+    assert set(flagged) <= {"binary"}, flagged
+    assert len(flagged) / len(benign) <= 0.06, (len(flagged), len(benign))
+    assert m["fpr_ci95"][0] <= 0.06, m["fpr_ci95"]
 
 
 def test_a_decision_tree_detects_meek_against_https_through_the_same_edge(dataset, result):
