@@ -80,11 +80,13 @@ def render(result: dict[str, Any], out: Path) -> Path:
              f"<code>{e(d['sha256'][:16])}…</code>; held out {result['split']['test']} "
              f"flows, seed {result['options']['seed']}. Counts: "
              f"<code>{e(str(d['counts']))}</code>. Intervals are Wilson 95 %. Flows shorter "
-             "than a model's window are not flagged (the censor abstains).</p>"]
+             "than a model's window are not flagged (the censor abstains); the TPR over the "
+             "flows it decided leaves them out.</p>"]
     for task in result["tasks"]:
         parts.append(f"<h2>{e(task['positive'])} against benign flows</h2>")
         parts.append("<table><tr><th class=l>detector</th><th>TPR</th><th>95 % CI</th>"
                      "<th>FPR</th><th>95 % CI</th><th>AUC</th><th>abstained</th>"
+                     "<th>TPR of decided</th><th>95 % CI</th>"
                      "<th>comparisons (mean/max)</th><th class=l>FPR by benign app</th></tr>")
         for m in task["models"]:
             comp = m.get("comparisons")
@@ -96,6 +98,7 @@ def render(result: dict[str, Any], out: Path) -> Path:
                 f"<td>{_ci(m['tpr_ci95'])}</td><td>{_pct(m['fpr'])}</td>"
                 f"<td>{_ci(m['fpr_ci95'])}</td><td>{m['auc']:.4f}</td>"
                 f"<td>{m['abstained']}</td>"
+                f"<td>{_pct(m['decided']['tpr'])}</td><td>{_ci(m['decided']['tpr_ci95'])}</td>"
                 f"<td>{comp_s}</td>"
                 f"<td class=l>{e(apps)}</td></tr>")
         parts.append("</table>")

@@ -19,16 +19,18 @@ from ptlab.ml.report import render, summary_lines
 pytest.importorskip("sklearn")
 
 
-def synthetic_flow(rng: random.Random, label: str, setting: str) -> FlowLog:
+def synthetic_flow(rng: random.Random, label: str, setting: str,
+                   short: bool = False) -> FlowLog:
     """obfs4-like: a random first message; 'meek'-like: many small client records
-    every poll; benign: text, then a download. Timing scales with the setting."""
+    every poll; benign: text, then a download. Timing scales with the setting.
+    A short flow ends at 20 packets, before a 30-packet model decides."""
     log = FlowLog(30)
     slow = 5.0 if setting == "wan" else 1.0
     t = 0.0
     for d in (UP, DOWN, UP):
         log.add(d, t, 0)
         t += 0.001 * slow
-    for i in range(rng.randint(28, 45)):
+    for i in range(17 if short else rng.randint(28, 45)):
         t += rng.uniform(0.0005, 0.003) * slow
         if label == "obfs4":
             data = rng.randbytes(rng.randint(200, 1448)) if i == 0 else rng.randbytes(
@@ -43,14 +45,15 @@ def synthetic_flow(rng: random.Random, label: str, setting: str) -> FlowLog:
     return log
 
 
-def write_dataset(path, n=120, seed=1):
+def write_dataset(path, n=120, seed=1, short_meek_every=0):
     rng = random.Random(seed)
     names = features.feature_names(30)
     rows = []
     for setting in ("lan", "wan"):
         for label in ("obfs4", "meek", "benign"):
-            for _ in range(n):
-                log = synthetic_flow(rng, label, setting)
+            for k in range(n):
+                short = label == "meek" and short_meek_every and k % short_meek_every == 0
+                log = synthetic_flow(rng, label, setting, short=bool(short))
                 rows.append([len(rows), label, label if label != "benign" else "http", setting,
                              f"{setting}__{label}", "198.18.0.2", "198.18.5.2", 443, "x",
                              len(log), "none", *features.extract(log)])
@@ -108,6 +111,27 @@ def test_metrics_and_report(ds, tmp_path):
     html = render(r, tmp_path).read_text()
     assert "<svg" in html and "Portability" in html
     assert any("obfs4" in line and "TPR 100.00 %" in line for line in summary_lines(r))
+
+
+def test_the_rates_over_decided_flows_leave_out_the_abstentions(ds, tmp_path):
+    """A meek flow shorter than the tree's window is a miss in the TPR (the censor
+    lets it through) and absent from the decided rates, which are the tree's own."""
+    r = evaluate(ds, EvalOptions(seed=1, learners=("tree",)))
+    tree = next(m for t in r["tasks"] if t["positive"] == "meek" for m in t["models"]
+                if m["kind"] == "tree")
+    assert tree["abstained"] == 0  # no short flow here: the same rates
+    assert {k: tree["decided"][k] for k in ("tp", "fn", "fp", "tn", "tpr", "fpr")} == \
+        {k: tree[k] for k in ("tp", "fn", "fp", "tn", "tpr", "fpr")}
+    short = load_dataset(write_dataset(tmp_path / "short", short_meek_every=4))
+    r = evaluate(short, EvalOptions(seed=1, learners=("tree",)))
+    task = next(t for t in r["tasks"] if t["positive"] == "meek")
+    tree = next(m for m in task["models"] if m["kind"] == "tree")
+    d = tree["decided"]
+    assert tree["abstained"] > 0 and d["flows"] == task["test"] - tree["abstained"]
+    assert d["tp"] == tree["tp"] and d["fn"] == tree["fn"] - tree["abstained"]
+    assert d["tpr"] > tree["tpr"] and d["tpr_ci95"][0] > 0.9
+    entropy = next(m for m in task["models"] if m["kind"] == "entropy-length")
+    assert entropy["decided"]["flows"] == task["test"]  # it decides at the first message
 
 
 def test_one_direction_of_portability_and_bad_settings(ds):
