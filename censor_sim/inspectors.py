@@ -139,10 +139,12 @@ class FetInspector(FirstPayloadInspector):
 class StreamInspector(Inspector):
     """Parses the client→server stream (reassembled across the first segments).
 
-    ``optionless_only`` models a censor that reads only segments whose TCP
-    header is the bare 20 bytes, each on its own, with no reassembly (the
-    Henan firewall: Wu et al., S&P 2025, §4.3); segments with options pass
-    unread.
+    ``tcp_reassembly = false`` models a censor that reads each segment on its
+    own (the Henan firewall: Wu et al., IEEE S&P 2025, §4.3 and Table III);
+    ``optionless_only`` one that reads only segments whose TCP header is the
+    bare 20 bytes (Henan again, §4.3 "TCP header length has to be 20 bytes");
+    segments with options pass unread. ``optionless_only`` alone implies the
+    first, as it always has.
     """
 
     reads_server = False
@@ -150,51 +152,117 @@ class StreamInspector(Inspector):
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
         self.optionless_only = bool(params.get("optionless_only", False))
+        self.tcp_reassembly = bool(params.get("tcp_reassembly", not self.optionless_only))
 
-    def parse(self, stream: bytes, flow: Flow) -> Match | Done | None:
+    def parse(self, data: bytes, flow: Flow, complete: bool) -> Match | Done | None:
+        """Judge ``data``: the client's stream so far (``complete`` False: raise
+        NeedMore to wait for more), or one segment read alone (``complete``)."""
         raise NotImplementedError
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:
             return None if flow.packets < self.max_packets else DONE
-        if self.optionless_only:
-            if pkt.dataofs != 5:
+        if not self.tcp_reassembly:
+            if self.optionless_only and pkt.dataofs != 5:
                 return None if flow.packets < self.max_packets else DONE
             try:
-                return self.parse(bytes(pkt.payload), flow) or DONE
+                hit = self.parse(bytes(pkt.payload), flow, True)
             except NeedMore:
-                return None if flow.packets < self.max_packets else DONE
+                hit = None
+            if isinstance(hit, Match):
+                return hit
+            # No reassembly: a segment that does not match is forgotten, and the
+            # next one is read on its own.
+            return None if flow.packets < self.max_packets else DONE
         try:
-            return self.parse(bytes(flow.c2s), flow) or DONE
+            return self.parse(bytes(flow.c2s), flow, False) or DONE
         except NeedMore:
             return None if len(flow.c2s_payloads) < self.max_packets else DONE
 
 
 class HttpKeywordInspector(StreamInspector):
-    """Keywords in the HTTP request path or Host header (GFW; Rambert et al. 2021)."""
+    """Keywords in the HTTP request path or Host header (GFW; Rambert et al. 2021).
+
+    ``where`` names the places searched (path, host); ``host_match`` set to an
+    SNI match mode (``suffix``) matches the Host against the names as a domain
+    blocklist does, rather than as substrings (the Henan firewall's Host rule
+    uses its SNI blocklist: Wu et al., IEEE S&P 2025, §5.1, Table IX).
+    ``act_at = "host-line"`` decides once the Host header's line has ended,
+    without waiting for the blank line that ends the head (the paper's trigger
+    request, §4.1, ``GET / HTTP/1.1\\r\\nHost: example.com\\r\\n``);
+    ``host_line_end`` is what ends that line: ``crlf``, or ``cr-or-lf``.
+    """
 
     kind = "http_keyword"
 
-    def parse(self, stream, flow):
-        req = http.parse_request(stream)
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.where = tuple(params.get("where", http.WHERE))
+        for place in self.where:
+            if place not in http.WHERE:
+                raise ValueError(f"detectors.{name}.where: {place!r} is not one of "
+                                 f"{', '.join(http.WHERE)}")
+        self.host_match = params.get("host_match")
+        self.act_at = params.get("act_at", "head")
+        if self.act_at not in ("head", "host-line"):
+            raise ValueError(f"detectors.{name}.act_at: {self.act_at!r} is not one of "
+                             "head, host-line")
+        self.host_line_end = params.get("host_line_end", "crlf")
+        if self.host_line_end not in http.HOST_LINE_ENDS:
+            raise ValueError(f"detectors.{name}.host_line_end: {self.host_line_end!r} is not "
+                             f"one of {', '.join(http.HOST_LINE_ENDS)}")
+
+    def parse(self, data, flow, complete):
+        if self.act_at == "host-line":
+            req = http.parse_through_host(data, self.host_line_end)
+        else:
+            req = http.parse_request(data)
         if req is None:
             return DONE
-        hit = http.keyword_match(req, self.params.get("keywords", []))
+        keywords = self.params.get("keywords", [])
+        if self.host_match:
+            others = [w for w in self.where if w != "host"]
+            hit = http.keyword_match(req, keywords, others) if others else None
+            if hit is None:
+                name = tls.sni_matches(req.host, keywords, self.host_match)
+                hit = (name, "host") if name is not None and "host" in self.where else None
+        else:
+            hit = http.keyword_match(req, keywords, self.where)
         if hit is None:
             return DONE
-        keyword, where = hit
-        return Match(self.name, {"keyword": keyword, "where": where, "host": req.host})
+        keyword, place = hit
+        return Match(self.name, {"keyword": keyword, "where": place, "host": req.host})
 
 
 class TlsInspector(StreamInspector):
-    """TLS ClientHello: SNI patterns and/or JA3/JA4 fingerprint blocklists."""
+    """TLS ClientHello: SNI patterns and/or JA3/JA4 fingerprint blocklists.
+
+    ``tls_records`` says how a hello that spans TLS records is read
+    (:data:`censor_sim.detectors.tls.TLS_RECORDS`); every reading but
+    ``reassemble`` is a censor without TLS reassembly.
+    """
 
     kind = "tls"
 
-    def parse(self, stream, flow):
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.tls_records = params.get("tls_records", "reassemble")
+        if self.tls_records not in tls.TLS_RECORDS:
+            raise ValueError(f"detectors.{name}.tls_records: {self.tls_records!r} is not one "
+                             f"of {', '.join(tls.TLS_RECORDS)}")
+
+    def parse(self, data, flow, complete):
         from ptcommon import tlshello
 
-        hello = tlshello.parse_client_hello(stream)
+        if self.tls_records != "reassemble":
+            hello = tls.first_record_hello(data, complete, self.tls_records == "first-prefix")
+        elif complete:  # one segment: its records joined, a cut-off hello read as far as it goes
+            try:
+                hello = tlshello.parse_client_hello(data)
+            except NeedMore:
+                hello = tls.first_record_hello(data, True, True)
+        else:
+            hello = tlshello.parse_client_hello(data)
         if hello is None:
             return DONE
         if self.params.get("offers_tls13") and 0x0304 not in hello.supported_versions:
@@ -204,11 +272,8 @@ class TlsInspector(StreamInspector):
         if patterns:
             hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
             required = self.params.get("require_extensions", [])
-            share = float(self.params.get("sticky_share", 1.0))
             if (hit is not None and tls.has_extensions(hello, required)
-                    and (share >= 1 or tls.sticky_draw(flow.client, hello.sni or "",
-                                                       int(self.params.get("sticky_seed", 0)))
-                         < share)):
+                    and self._filtered(flow.client, hello.sni or "")):
                 return Match(self.name, {**ev, "matched": hit, "by": "sni"})
         ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
         if ja3s or ja4s:
@@ -218,6 +283,15 @@ class TlsInspector(StreamInspector):
         if self.params.get("any_tls", False):
             return Match(self.name, {**ev, "by": "any_tls"})
         return DONE
+
+    def _filtered(self, client: str, sni: str) -> bool:
+        """Whether the SNI filter applies to this client and name (all, unless a
+        ``sticky_share`` makes it apply to a fixed share of them)."""
+        share = float(self.params.get("sticky_share", 1.0))
+        if share >= 1:
+            return True
+        seed = int(self.params.get("sticky_seed", 0))
+        return tls.sticky_draw(client, sni, seed) < share
 
 
 class QuicSniInspector(Inspector):
