@@ -250,6 +250,13 @@ class TlsInspector(StreamInspector):
         if self.tls_records not in tls.TLS_RECORDS:
             raise ValueError(f"detectors.{name}.tls_records: {self.tls_records!r} is not one "
                              f"of {', '.join(tls.TLS_RECORDS)}")
+        self.sticky_share = float(params.get("sticky_share", 1.0))
+        self.pair_share = float(params.get("pair_share", 1.0))
+        self.sticky_seed = int(params.get("sticky_seed", 0))
+        self.sticky_unit = params.get("sticky_unit", "pair")
+        if self.sticky_unit not in ("pair", "source"):
+            raise ValueError(f"detectors.{name}.sticky_unit: {self.sticky_unit!r} is not one "
+                             "of pair, source")
 
     def parse(self, data, flow, complete):
         from ptcommon import tlshello
@@ -285,13 +292,25 @@ class TlsInspector(StreamInspector):
         return DONE
 
     def _filtered(self, client: str, sni: str) -> bool:
-        """Whether the SNI filter applies to this client and name (all, unless a
-        ``sticky_share`` makes it apply to a fixed share of them)."""
-        share = float(self.params.get("sticky_share", 1.0))
-        if share >= 1:
+        """Whether the SNI filter applies to this client and name: to all, unless
+        ``sticky_share`` makes it apply to a fixed share of ``sticky_unit``s.
+
+        ``sticky_unit = "source"``: a share of client addresses is filtered, the
+        rest never is, and on a filtered address ``pair_share`` of its (address,
+        name) pairs are (Iran 2026: net4people/bbs#630, Observation 7, "approximately
+        half experienced no SNI filtering at all"). ``"pair"``: each (address, name)
+        pair is drawn on its own. Every draw is a keyed hash, so the same clients
+        and names get the same answer every time (Observation 5's consistency).
+        """
+        share = self.sticky_share
+        if share >= 1 and self.pair_share >= 1:
             return True
-        seed = int(self.params.get("sticky_seed", 0))
-        return tls.sticky_draw(client, sni, seed) < share
+        seed = self.sticky_seed
+        if self.sticky_unit == "pair":
+            return tls.sticky_draw(client, sni, seed) < share
+        if share < 1 and tls.sticky_draw(client, "", seed) >= share:
+            return False  # a source the filter never applies to
+        return self.pair_share >= 1 or tls.sticky_draw(client, sni, seed + 1) < self.pair_share
 
 
 class QuicSniInspector(Inspector):

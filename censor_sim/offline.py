@@ -124,36 +124,52 @@ class _Sides:
 
 class _KernelLists:
     """The address lists the live censor leaves to nftables (ip_blocklist,
-    ip_allowlist), checked once per flow by its server address and port."""
+    ip_allowlist), checked once per flow by its addresses and server port, as the
+    kernel's rules check them (datapath.ruleset)."""
 
     KINDS = ("ip_blocklist", "ip_allowlist")
 
     def __init__(self, profile: Profile) -> None:
-        from .datapath import Blocklist, DatapathError
+        from .datapath import Allowlist, Blocklist, DatapathError
 
-        self.lists: dict[str, tuple[list[Any], set[int]]] = {}
+        self.block: tuple[list[Any], set[int]] | None = None
+        self.allow: tuple[list[Any], str, list[Any]] | None = None
         for kind in self.KINDS:
-            if kind not in profile.detectors:
+            params = profile.detectors.get(kind)
+            if params is None:
                 continue
             try:  # the same parsing (and refusals) as the live censor's nftables sets
-                bl = Blocklist.from_params(profile.detectors[kind])
+                if kind == "ip_blocklist":
+                    bl = Blocklist.from_params(params)
+                    self.block = (_networks(bl), set(bl.ports))
+                else:
+                    al = Allowlist.from_params(params)
+                    self.allow = (_networks(al.listed), al.match, _networks(al.domestic))
             except DatapathError as exc:
-                raise ValueError(f"detectors.{kind}.addresses: {exc} (give addresses with "
-                                 "--set to judge a capture)") from None
-            nets = [ipaddress.ip_network(a) for a in bl.v4 + bl.v6]
-            self.lists[kind] = (nets, set(bl.ports))
+                raise ValueError(f"detectors.{kind}: {exc} (give addresses with --set to "
+                                 "judge a capture)") from None
 
-    def drops(self, server: str, port: int) -> str | None:
-        if not self.lists:
+    def drops(self, client: str, server: str, port: int) -> str | None:
+        if self.block is None and self.allow is None:
             return None
         addr = ipaddress.ip_address(server)
-        block = self.lists.get("ip_blocklist")
-        if block and any(addr in n for n in block[0]) and (not block[1] or port in block[1]):
-            return "ip_blocklist"
-        allow = self.lists.get("ip_allowlist")
-        if allow is not None and not any(addr in n for n in allow[0]):
-            return "ip_allowlist"
+        if self.block is not None:
+            nets, ports = self.block
+            if any(addr in n for n in nets) and (not ports or port in ports):
+                return "ip_blocklist"
+        if self.allow is not None:
+            listed, match, domestic = self.allow
+            if match == "source":
+                src = ipaddress.ip_address(client)
+                if not any(src in n for n in listed) and not any(addr in n for n in domestic):
+                    return "ip_allowlist"
+            elif not any(addr in n for n in listed):
+                return "ip_allowlist"
         return None
+
+
+def _networks(bl: Any) -> list[Any]:
+    return [ipaddress.ip_network(a) for a in bl.v4 + bl.v6]
 
 
 # How often (packets) replay hands out the flows that have gone idle.
@@ -204,7 +220,7 @@ def replay(profile: Profile, path: Path, clients: Iterable[str] = (),
         fv = flows.get(key)
         if fv is None:
             fv = _new_verdict(flows, out, key, pkt, c2s, ts, engine.midstream)
-            if (which := kernel_lists.drops(key[1], key[4])) is not None:
+            if (which := kernel_lists.drops(key[0], key[1], key[4])) is not None:
                 # Dropped by the kernel before any queue: the engine never sees it.
                 fv.verdict, fv.detector, fv.packet, fv.after_s = "drop", which, 1, 0.0
                 fv.would.append(f"drop in the kernel ({which})")

@@ -119,10 +119,14 @@ def test_the_kernels_address_lists_judge_offline_too(tmp_path):
         "addresses": ["198.18.5.0/24"]}}})
     got = {v.flow["server"]: (v.verdict, v.detector) for v in replay(block, pcap)}
     assert got == {"198.18.5.2": ("drop", "ip_blocklist"), "198.18.7.2": ("pass", None)}
+    # Iran 2026's source allowlist: an unlisted client reaches the domestic address only.
     allow = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
-        "addresses": ["198.18.7.2"]}}})
+        "addresses": [], "domestic": ["198.18.7.2"]}}})
     got = {v.flow["server"]: v.verdict for v in replay(allow, pcap)}
     assert got == {"198.18.5.2": "drop", "198.18.7.2": "pass"}
+    listed = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
+        "addresses": ["198.18.0.2"], "domestic": []}}})
+    assert {v.verdict for v in replay(listed, pcap)} == {"pass"}
     with pytest.raises(ValueError, match="unresolved blocklist entry 'role:bridge'"):
         list(replay(load_profile("ip-blocklist"), pcap))
 
