@@ -16,12 +16,12 @@ centres, Iran's filter only ports 53/80/443.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
 from typing import Any, Final, Literal
 
+from .addrset import AddressSet
 from .detectors import (
     NeedMore,
     dns,
@@ -71,6 +71,11 @@ class Inspector:
     # Whether inspect() reads packets the server side sent. When no inspector
     # does, the datapath shows the censor the client side's packets only.
     reads_server = True
+    # Whether inspect() answers every packet but a client payload by the flow's
+    # packet count alone ("not yet" under max_packets, "done" at it), as the
+    # engine answers an empty packet: the engine then counts such packets
+    # without asking (Engine.skim), which is most of a capture's packets.
+    client_payload_only = False
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
@@ -80,13 +85,11 @@ class Inspector:
         # still here means nobody did, and the censor process refuses to run.
         self.unresolved = [s for s in servers if isinstance(s, str) and s.startswith("role:")]
         try:
-            self.servers = [ipaddress.ip_network(s, strict=False) for s in servers
-                            if s not in self.unresolved]
+            self.servers = AddressSet(s for s in servers if s not in self.unresolved)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"detectors.{name}.servers: {exc}") from None
         self.ports = set(params.get("ports", []))
         self.max_packets = int(params.get("max_packets", 8))
-        self._server_in_scope: dict[str, bool] = {}
 
     def in_scope(self, flow: Flow) -> bool:
         if flow.proto not in self.protocols:
@@ -96,14 +99,7 @@ class Inspector:
         if self.servers:
             # Answered once per server address: parsing one costs more than the
             # rest of a packet's inspection (benchmarks/censor.py).
-            hit = self._server_in_scope.get(flow.server)
-            if hit is None:
-                if len(self._server_in_scope) >= 4096:
-                    self._server_in_scope.clear()
-                addr = ipaddress.ip_address(flow.server)
-                hit = self._server_in_scope[flow.server] = any(
-                    addr in net for net in self.servers)
-            return hit
+            return flow.server in self.servers
         return True
 
     def inspect(self, flow: Flow, pkt: Packet, c2s: bool) -> Match | Done | None:
@@ -114,6 +110,7 @@ class FirstPayloadInspector(Inspector):
     """Judges a flow by its first client→server payload alone (no reassembly)."""
 
     reads_server = False
+    client_payload_only = True
 
     def judge(self, first: bytes) -> Match | Done:
         raise NotImplementedError
@@ -148,6 +145,7 @@ class StreamInspector(Inspector):
     """
 
     reads_server = False
+    client_payload_only = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
@@ -604,6 +602,7 @@ class DnsInspector(Inspector):
 
     kind = "dns"
     protocols = (UDP, TCP)
+    client_payload_only = True
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:
@@ -630,6 +629,7 @@ class DnsTunnelInspector(Inspector):
 
     kind = "dns_tunnel"
     protocols = (UDP,)
+    client_payload_only = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, {"ports": [53], **params})
@@ -671,6 +671,7 @@ class IranProtocolInspector(Inspector):
     """Iran's 2020 protocol filter: the first two c→s data packets must be DNS, HTTP or TLS."""
 
     kind = "iran_protocol"
+    client_payload_only = True
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:

@@ -127,7 +127,7 @@ def test_the_kernels_address_lists_judge_offline_too(tmp_path):
     listed = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
         "addresses": ["198.18.0.2"], "domestic": []}}})
     assert {v.verdict for v in replay(listed, pcap)} == {"pass"}
-    with pytest.raises(ValueError, match="unresolved blocklist entry 'role:bridge'"):
+    with pytest.raises(ValueError, match="ip_blocklist.addresses names 'role:bridge', a lab role"):
         list(replay(load_profile("ip-blocklist"), pcap))
 
 
@@ -201,7 +201,7 @@ def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
     """A flow idle past the engine's flow_idle_s (on the capture's clock) is handed out
     while the capture is still being read, in order of first packet; memory then
     follows the flows live at once, not the capture's length."""
-    import censor_sim.offline as offline
+    from censor_sim import pcapbatch
 
     rng = random.Random(6)
     first = connection(40000, SERVER, 9850, rng.randbytes(300), 0.0)
@@ -209,15 +209,16 @@ def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
              for i in range(3000)]
     read_past_the_idle_flow = []
 
-    def packets(_path):
-        for p in first:
-            yield float(p.time), bytes(p), len(p)
-        for i, p in enumerate(later):  # 121 s on, for 3,000 packets
-            read_past_the_idle_flow.append(i)
-            yield 121.0 + i * 0.001, bytes(p), len(p)
+    def batches(_path):
+        yield pcapbatch.from_packets([(float(p.time), bytes(p)) for p in first])
+        for start in range(0, len(later), 100):  # 121 s on, for 3,000 packets
+            chunk = later[start:start + 100]
+            read_past_the_idle_flow.extend(range(start, start + len(chunk)))
+            yield pcapbatch.from_packets([(121.0 + (start + k) * 0.001, bytes(p))
+                                          for k, p in enumerate(chunk)])
         raise RuntimeError("the capture goes on")
 
-    monkeypatch.setattr(offline, "read_packets", packets)
+    monkeypatch.setattr(pcapbatch, "batches", batches)
     verdicts = replay(load_profile("gfw-fet-2021", FET_P1), "unused.pcap")
     v = next(verdicts)
     assert (v.flow["client_port"], v.verdict) == (40000, "residual")
@@ -270,4 +271,5 @@ def test_a_packet_censor_that_forges_udp_says_what_it_would_inject(tmp_path, mon
     profile = load_profile("gfw-443-rst-2025-08-20",
                            {"detectors": {"gfw443": {"kind": "dns_forger"}}})
     [v] = replay(profile, path)
-    assert (v.detector, v.would) == ("gfw443", ["inject UDP x2"])
+    assert (v.detector, v.would) == ("gfw443", [
+        {"action": "inject", "direction": "to-client", "proto": "udp", "count": 2}])
