@@ -554,6 +554,8 @@ class _Replay:
     def _catch_up(self, fv: FlowVerdict, plan: offlineplan.Plan, upto: int) -> None:
         """Count into ``fv`` (and its engine flow) its packets the loop skipped
         before position ``upto`` of its slot, as the engine would have counted them."""
+        if plan.owner[fv.slot] is not fv:
+            return  # a later connection on its 4-tuple owns the skipped packets
         got = plan.pending(fv.slot, upto)
         if got is None:
             return
@@ -582,6 +584,7 @@ class _Replay:
             fv.plan = plan
             plan.touched.append(fv)
         fv.slot = plan.slot_of[i]
+        plan.owner[fv.slot] = fv
 
     # -- helpers --------------------------------------------------------------------
 

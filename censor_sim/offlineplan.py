@@ -138,6 +138,9 @@ class Plan:
         self.order = rows[order].tolist()  # rows in slot order
         self.ends = ends.tolist()
         self.applied = starts.tolist()  # each slot's first position not yet counted
+        # Each slot's current flow (pcap mode's verdict): the one its skipped packets
+        # are counted into.
+        self.owner: list[Any] = [None] * self.n_slots
         self.ts = batch.ts
         # Which end of each slot is the client: known now when clients are named,
         # else once the loop has oriented the slot's first packet.

@@ -153,16 +153,17 @@ def _u16(a: np.ndarray, at: np.ndarray) -> np.ndarray:
 def _parse(buf: bytes, ts: np.ndarray, data: np.ndarray, cap: np.ndarray,
            orig: np.ndarray, linktype: np.ndarray) -> Batch:
     n = len(data)
-    a = np.frombuffer(buf, dtype=np.uint8)
-    if len(a) < 64:  # room for the clipped indexing below, however short the records
-        a = np.concatenate([a, np.zeros(64, np.uint8)])
-    last = len(a) - 1
+    # Zeros past the end: every index below is clipped to the buffer's end, and reads
+    # at most 40 bytes beyond it.
+    a = np.frombuffer(buf + bytes(64), dtype=np.uint8)
+    last = len(buf)
 
     def at(k: np.ndarray) -> np.ndarray:
         return np.minimum(k, last)
 
     kind = np.full(n, SLOW, np.int64)
     off = np.zeros(n, np.int64)
+    deeper = np.zeros(n, bool)  # VLAN stacks deeper than two: the per-packet parser's
     eth = linktype == pcapflows._ETHERNET
     if eth.any():
         ok = eth & (cap >= 14)
@@ -214,6 +215,7 @@ def _parse(buf: bytes, ts: np.ndarray, data: np.ndarray, cap: np.ndarray,
     none = maybe & ~v4 & (((ver == 4) & ((capip < 20) | (ihl < 20) | (capip < ihl)))
                           | ((ver == 6) & (capip < 40)) | ((ver != 4) & (ver != 6)))
     kind = np.where(none | ((kind == SLOW) & (capip < 1)), SKIP, kind)
+    kind = np.where(deeper, SLOW, kind)
     ok = tcp | udp
     sport = np.where(ok, _u16(a, at(l4)), 0)
     dport = np.where(ok, _u16(a, at(l4 + 2)), 0)
