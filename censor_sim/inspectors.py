@@ -369,6 +369,9 @@ class QuicInitialInspector(Inspector):
         super().__init__(name, params)
         self.min_payload = int(params.get("min_payload", 0))
         self.exclude_sports = set(params.get("exclude_sports", []))
+        # Whether the first byte must have the long-header bit; ValdikSS's 2022 rule
+        # reads the version bytes only ("int32be(1) == 0x00000001").
+        self.long_header = bool(params.get("require_long_header", True))
         self.required = [int(e) for e in params.get("require_extensions", [])]
         # A packet filter (the 2022 rule) judges every client datagram, not the first.
         self.every_datagram = bool(params.get("every_datagram", False))
@@ -385,7 +388,8 @@ class QuicInitialInspector(Inspector):
             return more
         d = pkt.payload
         if (len(d) < self.min_payload or pkt.sport in self.exclude_sports or len(d) < 5
-                or not d[0] & 0x80 or int.from_bytes(d[1:5], "big") != quic.V1):
+                or (self.long_header and not d[0] & 0x80)
+                or int.from_bytes(d[1:5], "big") != quic.V1):
             return more
         ev: dict[str, Any] = {"size": len(d), "sport": pkt.sport, "dport": pkt.dport}
         patterns = self.params.get("sni", [])

@@ -47,6 +47,17 @@ def test_tspu_quic_2022_is_not_sni_based_and_filters_every_datagram():
     assert eng.handle(udp(CLIENT, SERVER, 50002, 443, qv.long_header(1200)), True).drop
 
 
+@pytest.mark.parametrize(("first", "size", "blocked"), [
+    (0xC0, 1001, True), (0x40, 1001, True), (0x00, 1001, True), (0x40, 1000, False)])
+def test_tspu_quic_2022_reads_the_version_bytes_whatever_the_first_byte(first, size, blocked):
+    """ValdikSS, IETF QUIC list (March 2022): "Filter seeks for "00 00 00 01" ... in the
+    UDP payload starting from the second byte"; the pseudo-rule is "filesize > 1000
+    and dport == 443 and int32be(1) == 0x00000001", with no test of the first byte."""
+    payload = bytes([first]) + b"\x00\x00\x00\x01" + bytes(size - 5)
+    eng = engine("tspu-quic-2022")
+    assert eng.handle(udp(CLIENT, SERVER, 50000, 443, payload), True).drop is blocked
+
+
 @pytest.mark.parametrize(("sni", "ech", "blocked"), [
     ("cloudflare-ech.com", True, True),
     ("cloudflare-ech.com", False, False),  # the name alone
