@@ -406,16 +406,20 @@ class _Replay:
             assert plan is not None
             s = plan.slot_of[i]
             client_a = plan.client_a[s]
-            side_a = plan.side_a_of(i)
+            a_sent = plan.side_a[i] == c2s
             if client_a is None:
-                plan.client_a[s] = client_a = side_a == c2s
-            elif (side_a == c2s) != client_a:
+                plan.client_a[s] = a_sent
+            elif a_sent != client_a:
                 # The 4-tuple changed sides (forgotten, then opened from the other
                 # end): walk the rest of it packet by packet.
                 plan.rest_of_slot(i)
-            if fv is not None and fv.plan is plan and fv.slot == s:
-                self._catch_up(fv, plan, plan.pos[i])
-            plan.applied[s] = max(plan.applied[s], plan.pos[i] + 1)
+            p = plan.pos[i]
+            if plan.applied[s] < p:
+                if fv is not None and fv.plan is plan and fv.slot == s:
+                    self._catch_up(fv, plan, p)
+                plan.applied[s] = p + 1
+            elif plan.applied[s] == p:
+                plan.applied[s] = p + 1
         engine = self.engine
         freeze = self.freeze
         if fv is None:
@@ -428,12 +432,18 @@ class _Replay:
                 fv.kernel_drop = True
         if planned:
             assert plan is not None
-            self._mark(fv, plan, i)
+            if fv.plan is not plan:
+                fv.plan = plan
+                plan.touched.append(fv)
+            fv.slot = s
+            plan.owner[s] = fv
         if fv.kernel_drop:
             fv.packets += 1
             fv.last = ts
             return
-        if self.skim and engine.skim(key, ts, c2s, proto, flags, plen) is not None:
+        # A flow new to this replay has no engine flow yet that skim could count into.
+        if (self.skim and fv.packets
+                and engine.skim(key, ts, c2s, proto, flags, plen) is not None):
             # Counted by the engine, as handle() would have, and nothing else.
             fv.packets += 1
             fv.last = ts

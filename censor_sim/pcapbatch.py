@@ -64,6 +64,7 @@ class Batch:
     flags: list[int]
     plen: list[int]
     arrays: dict[str, np.ndarray]
+    _spans: tuple[list[int], list[int]] | None = None
 
     @property
     def src(self) -> list[str]:
@@ -82,7 +83,10 @@ class Batch:
         buf, arr = self.buf, self.arrays
         kind = self.kind[i]
         if kind == V4 or kind == V6:
-            raw = buf[int(arr["ip0"][i]):int(arr["ipend"][i])]
+            spans = self._spans
+            if spans is None:  # made at the first packet asked for: most batches ask few
+                spans = self._spans = (arr["ip0"].tolist(), arr["ipend"].tolist())
+            raw = buf[spans[0][i]:spans[1][i]]
             addresses = self.addresses
             if kind == V4:
                 pkt = Packet(raw, 4, addresses[self.src_id[i]], addresses[self.dst_id[i]],
