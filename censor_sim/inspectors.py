@@ -16,27 +16,41 @@ centres, Iran's filter only ports 53/80/443.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .addrset import AddressSet
-from .detectors import (
-    NeedMore,
-    dns,
-    dnstunnel,
-    dtls,
-    fet,
-    http,
-    iran,
-    openvpn,
-    tls,
-    tlsintls,
-    wireguard,
-)
+from .detectors import NeedMore, fet, http, iran, tls, wireguard
 from .flows import Flow
 from .packet import TCP, UDP, Packet
+
+
+class _OnFirstUse:
+    """A detector module imported when an inspector first reads it: most profiles use
+    one or two of them, and importing them all is a tenth of pcap mode's start-up
+    (docs/lab/censor.md §5.1)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+
+if TYPE_CHECKING:
+    from .detectors import dns, dnstunnel, dtls, openvpn, tlsintls
+else:
+    dns = _OnFirstUse("censor_sim.detectors.dns")
+    dnstunnel = _OnFirstUse("censor_sim.detectors.dnstunnel")
+    dtls = _OnFirstUse("censor_sim.detectors.dtls")
+    openvpn = _OnFirstUse("censor_sim.detectors.openvpn")
+    tlsintls = _OnFirstUse("censor_sim.detectors.tlsintls")
 
 # What an inspector answers when it will never match the flow: the only string it
 # answers, so a type checker can tell it from a Match by comparing with DONE.
