@@ -594,24 +594,26 @@ def _mix_run(name: str, sets: dict[str, Any] | None, path: Path, tmp: Path,
 
 
 def _where_the_time_goes(name: str, path: Path, packets: int, runs: int = 3) -> None:
-    """Each stage of ``ptlab censor --pcap`` timed alone, best of ``runs`` each, in
-    one child process: start-up (imports and the profile), reading and parsing the
+    """Each stage of ``ptlab censor --pcap`` timed alone (CPU time), best of ``runs``
+    each, in one child process: start-up (imports and the profile), reading and parsing the
     capture (censor_sim.pcapbatch), the plan of each batch (censor_sim.offlineplan),
     the engine and the loop (the replay less the two before it), and writing the
     lines (the CLI less the replay, start-up included)."""
     script = f"""
 import json, sys, time
-t0 = time.perf_counter()
+t0 = time.process_time()
 import censor_sim.offline as offline, censor_sim.pcapbatch as pb, censor_sim.offlineplan as op
 from censor_sim.profile import load_profile
 from censor_sim.eventjson import encode
 from ptcommon import gcpolicy
 prof = load_profile({name!r})
 gcpolicy.for_packet_loop()
-start = time.perf_counter() - t0
+start = time.process_time() - t0
 best = {{}}
 def clock(key, fn):
-    t = time.perf_counter(); fn(); best[key] = min(best.get(key, 9e9), time.perf_counter() - t)
+    # CPU time, not wall: the stages are differences, and a shared machine's waits
+    # would swamp them.
+    t = time.process_time(); fn(); best[key] = min(best.get(key, 9e9), time.process_time() - t)
 def read():
     for _ in pb.batches({str(path)!r}): pass
 def plan():
@@ -641,7 +643,7 @@ print(json.dumps({{'start': start, **best}}))
              "engine and loop": t["replay"] - t["plan"],
              "output (JSON lines)": t["output"] - t["replay"]}
     total = sum(parts.values())
-    print(f"  where the time goes, {name} (best of {runs} per stage; µs per packet):")
+    print(f"  where the time goes, {name} (CPU, best of {runs} per stage; µs per packet):")
     for label, sec in parts.items():
         print(f"    {label:32s} {sec:7.3f} s  {sec / packets * 1e6:6.2f} µs  "
               f"{sec / total:5.1%}")
