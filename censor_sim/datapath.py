@@ -94,6 +94,35 @@ class Blocklist:
 
 
 @dataclass
+class Allowlist:
+    """Who may reach the outside at all (Iran, 2026): a kernel rule on every packet
+    from the client side.
+
+    ``match = "destination"``: only the listed destinations are reachable.
+    ``match = "source"``: only the listed client addresses reach anything outside
+    ``domestic`` (the destinations inside the country, reachable from every
+    source). net4people/bbs#630 reports the second: of 11.8 million Iranian source
+    addresses, about 2,000 reached servers abroad, "consistent with a source-IP
+    allowlist" (docs/censors/iran.md §3.3).
+    """
+
+    listed: Blocklist = field(default_factory=Blocklist)
+    match: str = "destination"
+    domestic: Blocklist = field(default_factory=Blocklist)
+
+    MATCHES = ("destination", "source")
+
+    @classmethod
+    def from_params(cls, params: dict) -> Allowlist:
+        match = params.get("match", "destination")
+        if match not in cls.MATCHES:
+            raise DatapathError(f"match must be one of {', '.join(cls.MATCHES)}, "
+                                f"not {match!r}")
+        return cls(Blocklist.from_params({"addresses": params.get("addresses", [])}), match,
+                   Blocklist.from_params({"addresses": params.get("domestic", [])}))
+
+
+@dataclass
 class QueueConfig:
     """Which packets go to userspace. ``inspect_packets`` None means every packet.
 
@@ -144,7 +173,7 @@ class Throttle:
 def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             dynamic: bool = True, servers: bool = True,
             stateful_blocklist: bool | None = None, freeze_bytes: int | None = None,
-            allowlist: Blocklist | None = None, inside: str | None = None,
+            allowlist: Allowlist | None = None, inside: str | None = None,
             loss_percent: float | None = None, skip_empty_tcp: bool = False,
             watch_births: bool = False) -> str:
     """The nft script for the censor table (replacing any previous one).
@@ -157,7 +186,7 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
         return f" elements = {{ {', '.join(xs)} }};" if xs else ""
 
     bl = blocklist or Blocklist()
-    al = allowlist or Blocklist()
+    al = allowlist or Allowlist()
     ports = ", ".join(str(p) for p in bl.ports)
     dport = f" th dport {{ {ports} }}" if ports else ""
     sport = f" th sport {{ {ports} }}" if ports else ""
@@ -188,13 +217,20 @@ def ruleset(blocklist: Blocklist | None, throttle: Throttle | None = None,
             "ip6 saddr . meta l4proto . th sport @servers6 counter name server_drop drop",
         ]
     if allowlist is not None:
-        # Only listed destinations are reachable from inside (Iran, 2026): the
-        # check is on every packet from the client side, stateless.
+        # Only listed destinations, or listed sources, reach the outside (Iran,
+        # 2026): the check is on every packet from the client side, stateless.
         if not inside:
             raise DatapathError("an address allowlist needs the inside interface")
-        pre[1:1] = [f'iifname "{inside}" ip daddr != @allowlist4 counter name allowlist_drop drop',
-                    f'iifname "{inside}" ip6 daddr != @allowlist6 counter name allowlist_drop '
-                    "drop"]
+        if allowlist.match == "source":
+            pre[1:1] = [f'iifname "{inside}" ip saddr != @allowlist4 ip daddr != @domestic4 '
+                        "counter name allowlist_drop drop",
+                        f'iifname "{inside}" ip6 saddr != @allowlist6 ip6 daddr != @domestic6 '
+                        "counter name allowlist_drop drop"]
+        else:
+            pre[1:1] = [f'iifname "{inside}" ip daddr != @allowlist4 counter name '
+                        "allowlist_drop drop",
+                        f'iifname "{inside}" ip6 daddr != @allowlist6 counter name '
+                        "allowlist_drop drop"]
     empty_chains = ""
     if skip_empty_tcp and dynamic:
         # Payload length is IP length minus both headers; nft cannot subtract, so a
@@ -263,8 +299,10 @@ table inet {TABLE} {{
   {counters}
   set blocklist4 {{ type ipv4_addr; flags interval;{elements(bl.v4)} }}
   set blocklist6 {{ type ipv6_addr; flags interval;{elements(bl.v6)} }}
-  set allowlist4 {{ type ipv4_addr; flags interval;{elements(al.v4)} }}
-  set allowlist6 {{ type ipv6_addr; flags interval;{elements(al.v6)} }}
+  set allowlist4 {{ type ipv4_addr; flags interval;{elements(al.listed.v4)} }}
+  set allowlist6 {{ type ipv6_addr; flags interval;{elements(al.listed.v6)} }}
+  set domestic4 {{ type ipv4_addr; flags interval;{elements(al.domestic.v4)} }}
+  set domestic6 {{ type ipv6_addr; flags interval;{elements(al.domestic.v6)} }}
   set servers4 {{ type ipv4_addr . inet_proto . inet_service; {res} }}
   set servers6 {{ type ipv6_addr . inet_proto . inet_service; {res} }}
   set residual4 {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service; {res} }}
@@ -336,7 +374,7 @@ def _nft(args: list[str], input: str | None = None) -> str:
 
 def install(blocklist: Blocklist | None, queue: QueueConfig | None = None,
             throttle: Throttle | None = None, servers: bool = False,
-            freeze_bytes: int | None = None, allowlist: Blocklist | None = None,
+            freeze_bytes: int | None = None, allowlist: Allowlist | None = None,
             inside: str | None = None, loss_percent: float | None = None,
             dynamic: bool | None = None) -> None:
     """The censor's table, and its queue or tap rules. ``dynamic`` (the flow marks

@@ -28,6 +28,15 @@ from .packet import ACK, TCP, UDP, Packet
 
 ResidualKey = tuple[str, str, int, int]  # client, server, proto, server port
 
+# Servers (address, port, protocol) whose inspectors' scope is remembered: a busy
+# uplink reaches thousands; each entry is a few hundred bytes.
+SCOPE_CACHE = 1 << 16
+
+# Verdicts handle() gives for most packets, made once: callers read them, never change
+# them (a verdict that carries an action is made afresh).
+_GO_ON = Verdict()
+_ACCEPTED = Verdict(flow="accept")
+
 
 class Effects:
     """Where the engine's side effects go. This default records them (tests)."""
@@ -132,6 +141,7 @@ class Engine:
         self.needs_syns = bool(self.actions.get("residual", {}).get("refresh_on_new_flow"))
         self.stats = {"packets": 0, "flows": 0, "detections": 0, "actions": 0}
         self._scope_cache: dict[tuple[str, int, int], tuple[Inspector, ...]] = {}
+        self._repeats: dict[str, Verdict] = {}
         self._scope_by_server = all(type(i).in_scope is Inspector.in_scope
                                     for i in self.inspectors)
 
@@ -150,7 +160,7 @@ class Engine:
         if self.packet_censor is not None:
             return self._whole_packet(pkt, from_client)
         if pkt.fragment or pkt.proto not in (6, 17):
-            return Verdict(flow="accept")
+            return _ACCEPTED
         flows = self.flows
         flow, c2s = flows.lookup(pkt, from_client)
         if flow.packets == 0:
@@ -168,8 +178,7 @@ class Engine:
         if self.residual and (v := self._residual_check(flow, pkt, c2s)) is not None:
             return v
         if flow.decided is not None:
-            return Verdict(drop=flow.decided == "drop" and self.in_path, flow=flow.decided,
-                           repeat=True)
+            return self._repeat(flow.decided)
         # The inspectors still asking about this flow: scoped once, on its first
         # packet (ranges and ports do not change), then thinned as each finishes.
         active = flow.active
@@ -198,11 +207,113 @@ class Engine:
         if pending:
             if finished:
                 flow.active = [i for i in active if i not in finished]
-            return Verdict()
+            return _GO_ON
         flow.active = ()  # every inspector is finished with it
         flow.decided = "accept"
         flows.release(flow)
-        return Verdict(flow="accept")
+        return _ACCEPTED
+
+    def _repeat(self, decided: str) -> Verdict:
+        """The verdict for a packet of a flow decided earlier (made once per decision)."""
+        v = self._repeats.get(decided)
+        if v is None:
+            v = self._repeats[decided] = Verdict(drop=decided == "drop" and self.in_path,
+                                                 flow=decided, repeat=True)
+        return v
+
+    def skim(self, key: FlowKey, now: float, c2s: bool, proto: int, flags: int,
+             payload_len: int) -> str | None:
+        """Count a packet that :meth:`handle` would only count, without a Packet.
+
+        ``key`` is the packet's oriented 5-tuple (as :meth:`FlowTable.lookup`
+        makes it), ``now`` its time, ``flags`` its TCP flags and ``payload_len``
+        its payload's length. When handle() would do nothing with the packet but
+        count it into its flow (a flow already decided, with no residual entry on
+        its triple; or an undecided one whose inspectors answer this packet by
+        the count alone: an empty packet, or one from the server, below every
+        inspector's max_packets), this counts it exactly so and returns the
+        flow's decision ("" while undecided). Otherwise it changes nothing and
+        returns None, and the packet is for handle(). Pcap mode skims most of a
+        capture's packets this way (docs/lab/censor.md §5.1). What it leaves out
+        is what nothing reads: a decided flow's per-packet sizes, and the server's
+        payloads buffered for inspectors that do not read them.
+        """
+        pc = self.packet_censor
+        if pc is not None:
+            quiet = getattr(pc, "ignores", None)
+            if quiet is None or not quiet(proto, flags, c2s):
+                return None
+            self.stats["packets"] += 1
+            return ""
+        if self.births_watched:
+            return None
+        flows = self.flows
+        table = flows._flows
+        flow = table.get(key)
+        if flow is None or now - flow.last_seen > flows.idle_s:
+            return None
+        decided = flow.decided
+        if c2s and proto == TCP and flags & 0x17 == 0x02 and (
+                decided is not None or flow.first_data is not None):
+            return None  # a new connection on the 4-tuple
+        if self.residual and ((key[0], key[1], proto, key[4]) if c2s
+                              else (key[1], key[0], proto, key[3])) in self.residual:
+            return None
+        if decided is None:
+            active = flow.active
+            if active is None or flow.stats is not None or (c2s and payload_len):
+                return None
+            n = flow.packets + 1
+            for insp in active:
+                if n >= insp.max_packets or (
+                        insp.sees_empty if not payload_len else not insp.client_payload_only):
+                    return None
+        self.stats["packets"] += 1
+        table.move_to_end(key)
+        flow.last_seen = now
+        flow.packets += 1
+        if payload_len and c2s:
+            flow.c2s_data_packets += 1
+            if flow.first_data is None:
+                flow.first_data = now
+        return decided or ""
+
+    def flow_of(self, key: FlowKey) -> Flow | None:
+        """The flow table's current flow on ``key`` (an oriented 5-tuple), if any."""
+        return self.flows.get(key)
+
+    def count_skimmed(self, flow: Flow | None, packets: int, client_payloads: int,
+                      last: float) -> None:
+        """Count at once ``packets`` that :meth:`skim` would have taken one by one
+        (``client_payloads`` of them client payloads, the last at ``last``), into
+        ``flow`` (None for a packet censor, which keeps no flows). A flow that the
+        table let go as idle meanwhile, its clock not yet moved on, goes back in."""
+        self.stats["packets"] += packets
+        if flow is None:
+            return
+        self.flows.keep(flow)
+        flow.packets += packets
+        flow.last_seen = last
+        if client_payloads:
+            flow.c2s_data_packets += client_payloads
+            if flow.first_data is None:
+                flow.first_data = last
+
+    def counts_until(self, flow: Flow) -> int | None:
+        """For an undecided flow whose every inspector still asking answers all but
+        the client's payloads by the flow's packet count: the count at which the
+        first of them gives up (until then :meth:`skim` takes everything but a
+        client payload, a new SYN or a residual hit). None otherwise."""
+        active = flow.active
+        if flow.decided is not None or active is None or flow.stats is not None:
+            return None
+        limit = None
+        for insp in active:
+            if not insp.client_payload_only or insp.sees_empty:
+                return None
+            if limit is None or insp.max_packets < limit:
+                limit = insp.max_packets
+        return limit
 
     def judged_in_kernel(self, key: FlowKey, detector: str, evidence: dict[str, Any],
                          packet: Callable[[], Packet]) -> Verdict | None:
@@ -250,7 +361,7 @@ class Engine:
         key = (flow.server, flow.server_port, flow.proto)
         hit = self._scope_cache.get(key)
         if hit is None:
-            if len(self._scope_cache) >= 4096:
+            if len(self._scope_cache) >= SCOPE_CACHE:
                 self._scope_cache.clear()
             hit = self._scope_cache[key] = tuple(i for i in self.inspectors if i.in_scope(flow))
         return hit  # shared: a flow's list is thinned into a new one, never edited

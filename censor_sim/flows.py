@@ -196,6 +196,21 @@ class FlowTable:
             self._flows.move_to_end(key)
         return flow, from_client
 
+    def get(self, key: FlowKey) -> Flow | None:
+        """The flow on ``key``, as the table holds it, with nothing counted."""
+        return self._flows.get(key)
+
+    def keep(self, flow: Flow) -> None:
+        """Make ``flow`` the most recently used, putting it back if the table let it
+        go (pcap mode counts a batch's skipped packets late: censor_sim.offlineplan)."""
+        held = self._flows.get(flow.key)
+        if held is flow:
+            self._flows.move_to_end(flow.key)
+        elif held is None:
+            self._flows[flow.key] = flow
+        else:
+            raise RuntimeError(f"flow table: {flow.key!r} holds another flow")
+
     def new_stats(self) -> FlowStats:
         """An empty per-packet record, as long as this table keeps them."""
         return FlowStats(self.stats_packets)

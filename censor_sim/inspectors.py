@@ -16,27 +16,41 @@ centres, Iran's filter only ports 53/80/443.
 
 from __future__ import annotations
 
-import ipaddress
+import importlib
 from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from .detectors import (
-    NeedMore,
-    dns,
-    dnstunnel,
-    dtls,
-    fet,
-    http,
-    iran,
-    openvpn,
-    tls,
-    tlsintls,
-    wireguard,
-)
+from .addrset import AddressSet
+from .detectors import NeedMore, fet, http, iran, tls, wireguard
 from .flows import Flow
 from .packet import TCP, UDP, Packet
+
+
+class _OnFirstUse:
+    """A detector module imported when an inspector first reads it: most profiles use
+    one or two of them, and importing them all is a tenth of pcap mode's start-up
+    (docs/lab/censor.md §5.1)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+
+if TYPE_CHECKING:
+    from .detectors import dns, dnstunnel, dtls, openvpn, tlsintls
+else:
+    dns = _OnFirstUse("censor_sim.detectors.dns")
+    dnstunnel = _OnFirstUse("censor_sim.detectors.dnstunnel")
+    dtls = _OnFirstUse("censor_sim.detectors.dtls")
+    openvpn = _OnFirstUse("censor_sim.detectors.openvpn")
+    tlsintls = _OnFirstUse("censor_sim.detectors.tlsintls")
 
 # What an inspector answers when it will never match the flow: the only string it
 # answers, so a type checker can tell it from a Match by comparing with DONE.
@@ -71,6 +85,11 @@ class Inspector:
     # Whether inspect() reads packets the server side sent. When no inspector
     # does, the datapath shows the censor the client side's packets only.
     reads_server = True
+    # Whether inspect() answers every packet but a client payload by the flow's
+    # packet count alone ("not yet" under max_packets, "done" at it), as the
+    # engine answers an empty packet: the engine then counts such packets
+    # without asking (Engine.skim), which is most of a capture's packets.
+    client_payload_only = False
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         self.name = name
@@ -80,13 +99,11 @@ class Inspector:
         # still here means nobody did, and the censor process refuses to run.
         self.unresolved = [s for s in servers if isinstance(s, str) and s.startswith("role:")]
         try:
-            self.servers = [ipaddress.ip_network(s, strict=False) for s in servers
-                            if s not in self.unresolved]
+            self.servers = AddressSet(s for s in servers if s not in self.unresolved)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"detectors.{name}.servers: {exc}") from None
         self.ports = set(params.get("ports", []))
         self.max_packets = int(params.get("max_packets", 8))
-        self._server_in_scope: dict[str, bool] = {}
 
     def in_scope(self, flow: Flow) -> bool:
         if flow.proto not in self.protocols:
@@ -96,14 +113,7 @@ class Inspector:
         if self.servers:
             # Answered once per server address: parsing one costs more than the
             # rest of a packet's inspection (benchmarks/censor.py).
-            hit = self._server_in_scope.get(flow.server)
-            if hit is None:
-                if len(self._server_in_scope) >= 4096:
-                    self._server_in_scope.clear()
-                addr = ipaddress.ip_address(flow.server)
-                hit = self._server_in_scope[flow.server] = any(
-                    addr in net for net in self.servers)
-            return hit
+            return flow.server in self.servers
         return True
 
     def inspect(self, flow: Flow, pkt: Packet, c2s: bool) -> Match | Done | None:
@@ -114,6 +124,7 @@ class FirstPayloadInspector(Inspector):
     """Judges a flow by its first client→server payload alone (no reassembly)."""
 
     reads_server = False
+    client_payload_only = True
 
     def judge(self, first: bytes) -> Match | Done:
         raise NotImplementedError
@@ -139,62 +150,138 @@ class FetInspector(FirstPayloadInspector):
 class StreamInspector(Inspector):
     """Parses the client→server stream (reassembled across the first segments).
 
-    ``optionless_only`` models a censor that reads only segments whose TCP
-    header is the bare 20 bytes, each on its own, with no reassembly (the
-    Henan firewall: Wu et al., S&P 2025, §4.3); segments with options pass
-    unread.
+    ``tcp_reassembly = false`` models a censor that reads each segment on its
+    own (the Henan firewall: Wu et al., IEEE S&P 2025, §4.3 and Table III);
+    ``optionless_only`` one that reads only segments whose TCP header is the
+    bare 20 bytes (Henan again, §4.3 "TCP header length has to be 20 bytes");
+    segments with options pass unread. ``optionless_only`` alone implies the
+    first, as it always has.
     """
 
     reads_server = False
+    client_payload_only = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
         self.optionless_only = bool(params.get("optionless_only", False))
+        self.tcp_reassembly = bool(params.get("tcp_reassembly", not self.optionless_only))
 
-    def parse(self, stream: bytes, flow: Flow) -> Match | Done | None:
+    def parse(self, data: bytes, flow: Flow, complete: bool) -> Match | Done | None:
+        """Judge ``data``: the client's stream so far (``complete`` False: raise
+        NeedMore to wait for more), or one segment read alone (``complete``)."""
         raise NotImplementedError
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:
             return None if flow.packets < self.max_packets else DONE
-        if self.optionless_only:
-            if pkt.dataofs != 5:
+        if not self.tcp_reassembly:
+            if self.optionless_only and pkt.dataofs != 5:
                 return None if flow.packets < self.max_packets else DONE
             try:
-                return self.parse(bytes(pkt.payload), flow) or DONE
+                hit = self.parse(bytes(pkt.payload), flow, True)
             except NeedMore:
-                return None if flow.packets < self.max_packets else DONE
+                hit = None
+            if isinstance(hit, Match):
+                return hit
+            # No reassembly: a segment that does not match is forgotten, and the
+            # next one is read on its own.
+            return None if flow.packets < self.max_packets else DONE
         try:
-            return self.parse(bytes(flow.c2s), flow) or DONE
+            return self.parse(bytes(flow.c2s), flow, False) or DONE
         except NeedMore:
             return None if len(flow.c2s_payloads) < self.max_packets else DONE
 
 
 class HttpKeywordInspector(StreamInspector):
-    """Keywords in the HTTP request path or Host header (GFW; Rambert et al. 2021)."""
+    """Keywords in the HTTP request path or Host header (GFW; Rambert et al. 2021).
+
+    ``where`` names the places searched (path, host); ``host_match`` set to an
+    SNI match mode (``suffix``) matches the Host against the names as a domain
+    blocklist does, rather than as substrings (the Henan firewall's Host rule
+    uses its SNI blocklist: Wu et al., IEEE S&P 2025, §5.1, Table IX).
+    ``act_at = "host-line"`` decides once the Host header's line has ended,
+    without waiting for the blank line that ends the head (the paper's trigger
+    request, §4.1, ``GET / HTTP/1.1\\r\\nHost: example.com\\r\\n``);
+    ``host_line_end`` is what ends that line: ``crlf``, or ``cr-or-lf``.
+    """
 
     kind = "http_keyword"
 
-    def parse(self, stream, flow):
-        req = http.parse_request(stream)
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.where = tuple(params.get("where", http.WHERE))
+        for place in self.where:
+            if place not in http.WHERE:
+                raise ValueError(f"detectors.{name}.where: {place!r} is not one of "
+                                 f"{', '.join(http.WHERE)}")
+        self.host_match = params.get("host_match")
+        self.act_at = params.get("act_at", "head")
+        if self.act_at not in ("head", "host-line"):
+            raise ValueError(f"detectors.{name}.act_at: {self.act_at!r} is not one of "
+                             "head, host-line")
+        self.host_line_end = params.get("host_line_end", "crlf")
+        if self.host_line_end not in http.HOST_LINE_ENDS:
+            raise ValueError(f"detectors.{name}.host_line_end: {self.host_line_end!r} is not "
+                             f"one of {', '.join(http.HOST_LINE_ENDS)}")
+
+    def parse(self, data, flow, complete):
+        if self.act_at == "host-line":
+            req = http.parse_through_host(data, self.host_line_end)
+        else:
+            req = http.parse_request(data)
         if req is None:
             return DONE
-        hit = http.keyword_match(req, self.params.get("keywords", []))
+        keywords = self.params.get("keywords", [])
+        if self.host_match:
+            others = [w for w in self.where if w != "host"]
+            hit = http.keyword_match(req, keywords, others) if others else None
+            if hit is None:
+                name = tls.sni_matches(req.host, keywords, self.host_match)
+                hit = (name, "host") if name is not None and "host" in self.where else None
+        else:
+            hit = http.keyword_match(req, keywords, self.where)
         if hit is None:
             return DONE
-        keyword, where = hit
-        return Match(self.name, {"keyword": keyword, "where": where, "host": req.host})
+        keyword, place = hit
+        return Match(self.name, {"keyword": keyword, "where": place, "host": req.host})
 
 
 class TlsInspector(StreamInspector):
-    """TLS ClientHello: SNI patterns and/or JA3/JA4 fingerprint blocklists."""
+    """TLS ClientHello: SNI patterns and/or JA3/JA4 fingerprint blocklists.
+
+    ``tls_records`` says how a hello that spans TLS records is read
+    (:data:`censor_sim.detectors.tls.TLS_RECORDS`); every reading but
+    ``reassemble`` is a censor without TLS reassembly.
+    """
 
     kind = "tls"
 
-    def parse(self, stream, flow):
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self.tls_records = params.get("tls_records", "reassemble")
+        if self.tls_records not in tls.TLS_RECORDS:
+            raise ValueError(f"detectors.{name}.tls_records: {self.tls_records!r} is not one "
+                             f"of {', '.join(tls.TLS_RECORDS)}")
+        self.sticky_share = float(params.get("sticky_share", 1.0))
+        self.pair_share = float(params.get("pair_share", 1.0))
+        self.sticky_seed = int(params.get("sticky_seed", 0))
+        self.sticky_unit = params.get("sticky_unit", "pair")
+        if self.sticky_unit not in ("pair", "source"):
+            raise ValueError(f"detectors.{name}.sticky_unit: {self.sticky_unit!r} is not one "
+                             "of pair, source")
+
+    def parse(self, data, flow, complete):
         from ptcommon import tlshello
 
-        hello = tlshello.parse_client_hello(stream)
+        if self.tls_records != "reassemble":
+            hello = tls.first_record_hello(data, complete, self.tls_records == "first-prefix")
+        elif complete:  # one segment: its records joined, a cut-off hello read as far as it goes
+            try:
+                hello = tlshello.parse_client_hello(data)
+            except NeedMore:
+                hello = tls.first_record_hello(data, True, True)
+        else:
+            hello = tlshello.parse_client_hello(data)
         if hello is None:
             return DONE
         if self.params.get("offers_tls13") and 0x0304 not in hello.supported_versions:
@@ -204,11 +291,8 @@ class TlsInspector(StreamInspector):
         if patterns:
             hit = tls.sni_matches(hello.sni, patterns, self.params.get("sni_mode", "suffix"))
             required = self.params.get("require_extensions", [])
-            share = float(self.params.get("sticky_share", 1.0))
             if (hit is not None and tls.has_extensions(hello, required)
-                    and (share >= 1 or tls.sticky_draw(flow.client, hello.sni or "",
-                                                       int(self.params.get("sticky_seed", 0)))
-                         < share)):
+                    and self._filtered(flow.client, hello.sni or "")):
                 return Match(self.name, {**ev, "matched": hit, "by": "sni"})
         ja3s, ja4s = self.params.get("ja3", []), self.params.get("ja4", [])
         if ja3s or ja4s:
@@ -218,6 +302,27 @@ class TlsInspector(StreamInspector):
         if self.params.get("any_tls", False):
             return Match(self.name, {**ev, "by": "any_tls"})
         return DONE
+
+    def _filtered(self, client: str, sni: str) -> bool:
+        """Whether the SNI filter applies to this client and name: to all, unless
+        ``sticky_share`` makes it apply to a fixed share of ``sticky_unit``s.
+
+        ``sticky_unit = "source"``: a share of client addresses is filtered, the
+        rest never is, and on a filtered address ``pair_share`` of its (address,
+        name) pairs are (Iran 2026: net4people/bbs#630, Observation 7, "approximately
+        half experienced no SNI filtering at all"). ``"pair"``: each (address, name)
+        pair is drawn on its own. Every draw is a keyed hash, so the same clients
+        and names get the same answer every time (Observation 5's consistency).
+        """
+        share = self.sticky_share
+        if share >= 1 and self.pair_share >= 1:
+            return True
+        seed = self.sticky_seed
+        if self.sticky_unit == "pair":
+            return tls.sticky_draw(client, sni, seed) < share
+        if share < 1 and tls.sticky_draw(client, "", seed) >= share:
+            return False  # a source the filter never applies to
+        return self.pair_share >= 1 or tls.sticky_draw(client, sni, seed + 1) < self.pair_share
 
 
 class QuicSniInspector(Inspector):
@@ -278,6 +383,9 @@ class QuicInitialInspector(Inspector):
         super().__init__(name, params)
         self.min_payload = int(params.get("min_payload", 0))
         self.exclude_sports = set(params.get("exclude_sports", []))
+        # Whether the first byte must have the long-header bit; ValdikSS's 2022 rule
+        # reads the version bytes only ("int32be(1) == 0x00000001").
+        self.long_header = bool(params.get("require_long_header", True))
         self.required = [int(e) for e in params.get("require_extensions", [])]
         # A packet filter (the 2022 rule) judges every client datagram, not the first.
         self.every_datagram = bool(params.get("every_datagram", False))
@@ -294,7 +402,8 @@ class QuicInitialInspector(Inspector):
             return more
         d = pkt.payload
         if (len(d) < self.min_payload or pkt.sport in self.exclude_sports or len(d) < 5
-                or not d[0] & 0x80 or int.from_bytes(d[1:5], "big") != quic.V1):
+                or (self.long_header and not d[0] & 0x80)
+                or int.from_bytes(d[1:5], "big") != quic.V1):
             return more
         ev: dict[str, Any] = {"size": len(d), "sport": pkt.sport, "dport": pkt.dport}
         patterns = self.params.get("sni", [])
@@ -511,6 +620,7 @@ class DnsInspector(Inspector):
 
     kind = "dns"
     protocols = (UDP, TCP)
+    client_payload_only = True
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:
@@ -537,6 +647,7 @@ class DnsTunnelInspector(Inspector):
 
     kind = "dns_tunnel"
     protocols = (UDP,)
+    client_payload_only = True
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, {"ports": [53], **params})
@@ -578,6 +689,7 @@ class IranProtocolInspector(Inspector):
     """Iran's 2020 protocol filter: the first two c→s data packets must be DNS, HTTP or TLS."""
 
     kind = "iran_protocol"
+    client_payload_only = True
 
     def inspect(self, flow, pkt, c2s):
         if not c2s or not pkt.payload:

@@ -60,7 +60,8 @@ class Packet:
 
     @property
     def pure_syn(self) -> bool:
-        return self.is_tcp and self.flags & (SYN | ACK | RST | FIN) == SYN
+        # Written out (not through is_tcp): asked of every packet the engine sees.
+        return self.proto == TCP and not self.fragment and self.flags & 0x17 == SYN
 
     def tcp_checksum_ok(self) -> bool:
         """Whether the TCP/UDP checksum verifies. Censors that skip this check

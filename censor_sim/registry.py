@@ -26,11 +26,9 @@ that says ``kind = "fet"`` means Wu et al.'s rules, whatever is installed.
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from .actions import Verdict
-from .detectors import geneva
 from .detectors.gfw443 import Gfw443Rst
 from .inspectors import INSPECTORS
 from .packet import Packet
@@ -50,6 +48,8 @@ class GenevaDetector:
     no_offline = "a Geneva censor acts on every packet of a live connection"
 
     def __init__(self, name: str, params: dict[str, Any]) -> None:
+        from .detectors import geneva  # only Geneva's profiles pay for its import
+
         self.name = name
         try:
             self.censor = geneva.make(params["censor"],
@@ -73,6 +73,8 @@ BUILTIN: dict[str, type] = {**INSPECTORS, GenevaDetector.kind: GenevaDetector,
 def _plugins() -> dict[str, Any]:
     """The group's entry points by name (not loaded: a broken plugin harms only
     the profiles that use it)."""
+    from importlib.metadata import entry_points  # only when a kind is not built in
+
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 

@@ -273,8 +273,8 @@ class KernelRunner(Runner):
         from .bpf.fetclassifier import FetClassifier
 
         insp = self.inspector
-        self.classifier = FetClassifier([str(n) for n in insp.servers], sorted(insp.ports),
-                                        batch=self.batch)
+        self.classifier = FetClassifier([str(n) for n in insp.servers.networks],
+                                        sorted(insp.ports), batch=self.batch)
         if self.time_program:
             self.classifier.measure_run_time()
         self.marker = ctmark.Marker(datapath.FLOW_MASK)

@@ -141,7 +141,7 @@ async def run(config: dict, poll: float) -> None:
     if "ip_blocklist" in profile.detectors:
         blocklist = datapath.Blocklist.from_params(profile.detectors["ip_blocklist"])
     if "ip_allowlist" in profile.detectors:
-        allowlist = datapath.Blocklist.from_params(profile.detectors["ip_allowlist"])
+        allowlist = datapath.Allowlist.from_params(profile.detectors["ip_allowlist"])
     dp = profile.datapath
     on_path = dp.get("mode", "in-path") == "on-path"
     effects = LiveEffects(profile, config.get("prober"), int(config.get("seed", 0)))

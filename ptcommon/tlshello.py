@@ -188,6 +188,42 @@ def parse_client_hello_message(msg: bytes) -> ClientHello | None:
     return ClientHello(version, rnd, sid, ciphers, comp, exts)
 
 
+def parse_client_hello_prefix(msg: bytes) -> ClientHello | None:
+    """The ClientHello fields that a cut-off handshake message holds whole.
+
+    ``msg`` starts with the handshake header (type, 3-byte length) but may end
+    anywhere. The fixed fields up to the extensions must all be there; of the
+    extensions, those wholly inside ``msg`` are kept and the one cut off is
+    dropped. This is what a parser that reads one packet, or one record, and
+    does not wait for the rest sees (a censor without TCP or TLS reassembly,
+    Wu et al., IEEE S&P 2025, §4.3). None if the fixed fields are cut off or
+    this is no ClientHello.
+    """
+    if len(msg) < 4 or msg[0] != CLIENT_HELLO:
+        return None
+    body = msg[4:4 + int.from_bytes(msg[1:4], "big")]
+    try:
+        r = _Reader(body)
+        version = r.u16()
+        rnd = r.take(32)
+        sid = r.vec(1)
+        ciphers = _u16_list(r.vec(2))
+        comp = r.vec(1)
+    except ValueError:
+        return None
+    exts: list[tuple[int, bytes]] = []
+    if r.pos + 2 <= len(body):
+        declared = struct.unpack_from("!H", body, r.pos)[0]
+        er = _Reader(body[r.pos + 2:r.pos + 2 + declared])
+        try:
+            while er.pos < len(er.data):
+                t = er.u16()
+                exts.append((t, er.vec(2)))
+        except ValueError:
+            pass  # the extension the message was cut in
+    return ClientHello(version, rnd, sid, ciphers, comp, exts)
+
+
 def parse_client_hello(stream: bytes) -> ClientHello | None:
     """The ClientHello at the start of a client→server TCP stream.
 

@@ -489,3 +489,19 @@ def test_experiments_page_spec_passes_check(tmp_path: Path):
     done = subprocess.run([sys.executable, "-m", "ptlab", "run", "--check", str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- docs/censors: every test a page names for a stated behaviour exists -------------------
+
+def test_every_test_a_censor_page_names_exists():
+    """The censor pages map each behaviour a source states to the test that checks it
+    (issue 46); a renamed or deleted test would leave the page promising one."""
+    defined = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    missing = []
+    for page in [*(ROOT / "docs" / "censors").glob("*.md"), ROOT / "docs/lab/censor.md"]:
+        for name in set(re.findall(r"`(test_\w+)`", page.read_text())):
+            if name not in defined:
+                missing.append(f"{page.relative_to(ROOT)}: {name}")
+    assert not missing, missing

@@ -62,6 +62,11 @@ class Gfw443Rst:
         self.ports = tuple(int(p) for p in params.get("ports", PORTS))
         self.detections: list[dict[str, Any]] = []
 
+    def ignores(self, proto: int, flags: int, from_client: bool) -> bool:
+        """Whether :meth:`process` surely does nothing with such a packet: only SYNs
+        and SYN+ACKs draw RSTs (the engine then skims it: Engine.skim)."""
+        return proto != 6 or flags & (SYN | ACK | RST | FIN) not in (SYN, SYN | ACK)
+
     def process(self, pkt: Packet, from_client: bool) -> Verdict:
         inject = injections(pkt, from_client, self.ports)
         if inject:

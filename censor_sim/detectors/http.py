@@ -173,6 +173,51 @@ def parse_request(stream: bytes) -> HttpRequest | None:
     raise NeedMore
 
 
+# What ends the Host header's line for a censor that acts on it (parse_through_host).
+HOST_LINE_ENDS = ("crlf", "cr-or-lf")
+
+
+def parse_through_host(stream: bytes, line_end: str = "crlf") -> HttpRequest | None:
+    """The request head as far as its first Host line, once that line has ended.
+
+    A censor that acts on the Host header need not wait for the blank line that
+    ends the head: Wu et al. triggered the Henan firewall and the GFW with
+    ``GET / HTTP/1.1\\r\\nHost: example.com\\r\\n`` and nothing after it (IEEE
+    S&P 2025, §4.1). ``line_end`` is what ends the Host line: ``crlf``, as in
+    that request, or ``cr-or-lf``, a CR or an LF alone (the minimal trigger a
+    comment in the paper's source notes, unpublished). Other lines end as
+    :func:`parse_request` ends them. A head that ends before any Host line is
+    parsed whole (``host`` None); NeedMore and None as :func:`parse_request`.
+    """
+    if line_end not in HOST_LINE_ENDS:
+        raise ValueError(f"unknown Host line end {line_end!r}")
+    window = stream[:MAX_HEAD]
+    nl = window.find(b"\n")
+    pos = nl + 1 if nl >= 0 else len(window)
+    while pos < len(window):
+        if window[pos:pos + 1] in (b"\r", b"\n"):
+            break  # the blank line: the head is over, with no Host line ended first
+        nl = window.find(b"\n", pos)
+        line = window[pos:nl if nl >= 0 else len(window)]
+        name, colon, _ = line.partition(b":")
+        if colon and name.lower() == b"host":
+            if line_end == "crlf":
+                end = nl - 1 if nl > pos and window[nl - 1:nl] == b"\r" else -1
+                term = 2
+            else:
+                cr = line.find(b"\r")
+                end, term = (pos + cr, 1) if cr >= 0 else (nl, 1)
+            if end >= 0:
+                try:
+                    return _parse_head(window[:end], end + term)
+                except (UnicodeDecodeError, ValueError):
+                    return None
+        if nl < 0:
+            break
+        pos = nl + 1
+    return parse_request(stream)
+
+
 WHERE = ("path", "host")
 
 

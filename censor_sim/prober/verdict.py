@@ -2,7 +2,7 @@
 
 Frolov et al. (NDSS 2020, §V-A) start every decision tree with "any data response
 -> not a proxy", then look at close type and close time. Their defence analysis
-(§VI) calls a server *probe-indifferent* when every probe gets the same close type
+(§6) calls a server *probe-indifferent* when every probe gets the same close type
 within 500 ms; a FIN at one fixed, unusual time for every probe is the signature
 of obfs4proxy >= 0.0.11 (close at accept + 30 s + a per-bridge delay in 0..59 s),
 while never closing at all ("read forever") is the behaviour they recommend,
@@ -29,7 +29,7 @@ from typing import Any
 
 from .observe import ProbeResult
 
-# Frolov §VI: "within 500 milliseconds of their other responses, to allow for jitter".
+# Frolov §6: "within 500 milliseconds of their other responses, to allow for jitter".
 DEFAULT_TOLERANCE_S = 0.5
 
 

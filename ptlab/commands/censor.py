@@ -24,6 +24,20 @@ def set_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _line_encoder() -> Any:
+    """One verdict as a compact JSON line: orjson's text where it writes the same,
+    the standard library's otherwise (censor_sim/eventjson.py)."""
+    from censor_sim import eventjson
+
+    def encode(record: dict[str, Any]) -> str:
+        line = eventjson.encode(record) if eventjson.orjson is not None else None
+        if line is None:
+            line = json.dumps(record, separators=(",", ":"))
+        return line + "\n"
+
+    return encode
+
+
 def censor_pcap(args: argparse.Namespace) -> int:
     """``ptlab censor --profile P --pcap F``: the engine over a capture (docs/lab/censor.md)."""
     from censor_sim.offline import replay
@@ -37,11 +51,12 @@ def censor_pcap(args: argparse.Namespace) -> int:
     except (ValueError, ProfileError, OSError) as exc:
         return die(f"censor --pcap: {exc}")
     gcpolicy.for_packet_loop()
+    encode = _line_encoder()
     flows = flagged = midstream = 0
     try:
         live = args.pcap == "-"  # a capture still being taken: each line as it comes
         for fv in replay(profile, Path(args.pcap), args.clients, args.seed):
-            out.write(json.dumps(fv.to_json()) + "\n")
+            out.write(encode(fv.to_json()))
             if live:
                 out.flush()
             flows += 1

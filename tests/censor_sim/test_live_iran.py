@@ -14,23 +14,33 @@ from tests.support.tlsrecords import client_hello
 pytestmark = pytest.mark.lab
 
 
-def test_iran_2026_allowlist_and_sni_resets(censor_lab, run_censor, echo, tcp):
+def test_iran_2026_source_allowlist_and_sni_resets(censor_lab, run_censor, echo, tcp):
+    """net4people/bbs#630: a source-IP allowlist (Observation 1) and, for an allowlisted
+    source the SNI filter applies to, a reset on every blocklisted name, each time
+    (Observations 5-7)."""
     web, bridge = censor_lab.addr("web"), censor_lab.addr("bridge")
     client = censor_lab.addr("client")
     echo([7470], role="web")
     echo([7470], role="bridge")
-    censor = run_censor("iran-2026", {"detectors": {"ip_allowlist": {"addresses": [web]}}})
-    names = [f"n{i}.blocked.lab" for i in range(20)]
-    filtered = next(n for n in names if tls.sticky_draw(client, n) < 0.5)
-    spared = next(n for n in names if tls.sticky_draw(client, n) >= 0.5)
-    assert tcp(web, 7470, [client_hello("example.lab")]) == "ok"
-    assert tcp(bridge, 7470, [b"hello"], timeout=0.8) == "connect-timeout"  # not allowlisted
-    for _ in range(3):  # the same pair, the same answer
-        assert tcp(web, 7470, [client_hello(filtered)]) == "reset"
-        assert tcp(web, 7470, [client_hello(spared)]) == "ok"
+    # A seed whose draw makes the lab's client one of the filtered half of sources.
+    seed = next(s for s in range(100) if tls.sticky_draw(client, "", s) < 0.5)
+    lists = {"addresses": [], "domestic": [web]}
+    censor = run_censor("iran-2026", {"detectors": {"ip_allowlist": lists}})
+    assert tcp(web, 7470, [client_hello("example.lab")]) == "ok"  # domestic
+    assert tcp(bridge, 7470, [b"hello"], timeout=0.8) == "connect-timeout"  # not listed
     final = censor.stop()
     assert final["counters"]["allowlist_drop"]["packets"] >= 1
-    assert final["injected"] == 3
+    listed = {"addresses": [client], "domestic": [web]}
+    censor = run_censor("iran-2026", {"detectors": {"ip_allowlist": listed,
+                                                    "tls": {"sticky_seed": seed}}})
+    assert tcp(bridge, 7470, [b"hello"]) == "ok"  # an allowlisted source reaches out
+    for _ in range(3):  # the same source, the same answer
+        for name in ("n1.blocked.lab", "n2.blocked.lab"):
+            assert tcp(bridge, 7470, [client_hello(name)]) == "reset"
+        assert tcp(bridge, 7470, [client_hello("random-unknown.lab")]) == "ok"
+    final = censor.stop()
+    assert final["counters"]["allowlist_drop"]["packets"] == 0
+    assert final["injected"] == 6
 
 
 def udp_delivery(lab, server: str, port: int, n: int, window: int = 10) -> float:

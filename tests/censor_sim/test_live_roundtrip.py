@@ -44,7 +44,13 @@ def test_sni_blocklist_round_trips(censor_lab, run_censor, echo, tcp, tmp_path):
     assert (blocked.detector, blocked.data_packet) == ("tls", live[0]["data_packet"])
     assert blocked.flow["client_port"] == live[0]["flow"]["client_port"]
     assert blocked.evidence["matched"] == "blocked.lab"
-    assert blocked.would == ["inject RA x3", "inject RA x3"]
+    # Three RST+ACKs each way, and the block on the triple, from the client's side.
+    injected = [w for w in blocked.would if w["action"] == "inject"]
+    assert sorted((w["direction"], w["flags"], w["count"]) for w in injected) == [
+        ("to-client", "RA", 3), ("to-server", "RA", 3)]
+    assert [w["direction"] for w in blocked.would if w["action"] == "residual"] == [
+        "to-server"]
+    assert flows[2].cause["flow"] == blocked.id  # the next flow names what caught it
 
 
 def test_quic_sni_round_trips(censor_lab, run_censor, echo, udp, tmp_path):

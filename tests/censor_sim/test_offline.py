@@ -119,11 +119,15 @@ def test_the_kernels_address_lists_judge_offline_too(tmp_path):
         "addresses": ["198.18.5.0/24"]}}})
     got = {v.flow["server"]: (v.verdict, v.detector) for v in replay(block, pcap)}
     assert got == {"198.18.5.2": ("drop", "ip_blocklist"), "198.18.7.2": ("pass", None)}
+    # Iran 2026's source allowlist: an unlisted client reaches the domestic address only.
     allow = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
-        "addresses": ["198.18.7.2"]}}})
+        "addresses": [], "domestic": ["198.18.7.2"]}}})
     got = {v.flow["server"]: v.verdict for v in replay(allow, pcap)}
     assert got == {"198.18.5.2": "drop", "198.18.7.2": "pass"}
-    with pytest.raises(ValueError, match="unresolved blocklist entry 'role:bridge'"):
+    listed = load_profile("iran-2026", {"detectors": {"ip_allowlist": {
+        "addresses": ["198.18.0.2"], "domestic": []}}})
+    assert {v.verdict for v in replay(listed, pcap)} == {"pass"}
+    with pytest.raises(ValueError, match="ip_blocklist.addresses names 'role:bridge', a lab role"):
         list(replay(load_profile("ip-blocklist"), pcap))
 
 
@@ -197,7 +201,7 @@ def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
     """A flow idle past the engine's flow_idle_s (on the capture's clock) is handed out
     while the capture is still being read, in order of first packet; memory then
     follows the flows live at once, not the capture's length."""
-    import censor_sim.offline as offline
+    from censor_sim import pcapbatch
 
     rng = random.Random(6)
     first = connection(40000, SERVER, 9850, rng.randbytes(300), 0.0)
@@ -205,15 +209,16 @@ def test_verdicts_stream_once_their_flows_are_idle(monkeypatch):
              for i in range(3000)]
     read_past_the_idle_flow = []
 
-    def packets(_path):
-        for p in first:
-            yield float(p.time), bytes(p), len(p)
-        for i, p in enumerate(later):  # 121 s on, for 3,000 packets
-            read_past_the_idle_flow.append(i)
-            yield 121.0 + i * 0.001, bytes(p), len(p)
+    def batches(_path):
+        yield pcapbatch.from_packets([(float(p.time), bytes(p)) for p in first])
+        for start in range(0, len(later), 100):  # 121 s on, for 3,000 packets
+            chunk = later[start:start + 100]
+            read_past_the_idle_flow.extend(range(start, start + len(chunk)))
+            yield pcapbatch.from_packets([(121.0 + (start + k) * 0.001, bytes(p))
+                                          for k, p in enumerate(chunk)])
         raise RuntimeError("the capture goes on")
 
-    monkeypatch.setattr(offline, "read_packets", packets)
+    monkeypatch.setattr(pcapbatch, "batches", batches)
     verdicts = replay(load_profile("gfw-fet-2021", FET_P1), "unused.pcap")
     v = next(verdicts)
     assert (v.flow["client_port"], v.verdict) == (40000, "residual")
@@ -266,4 +271,187 @@ def test_a_packet_censor_that_forges_udp_says_what_it_would_inject(tmp_path, mon
     profile = load_profile("gfw-443-rst-2025-08-20",
                            {"detectors": {"gfw443": {"kind": "dns_forger"}}})
     [v] = replay(profile, path)
-    assert (v.detector, v.would) == ("gfw443", ["inject UDP x2"])
+    assert (v.detector, v.would) == ("gfw443", [
+        {"action": "inject", "direction": "to-client", "proto": "udp", "count": 2}])
+
+
+# -- pcap mode for real captures (issue 46) ---------------------------------------------
+
+def cli(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ptlab", "censor", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("profile", "option"), [
+    ("tspu-freeze-2025", "detectors.tls.servers"),
+    ("range-block", "detectors.unclassified.servers"),
+    ("ip-blocklist", "detectors.ip_blocklist.addresses"),
+    ("iran-2026", "detectors.ip_allowlist.domestic"),
+])
+def test_a_profile_that_needs_lab_roles_refuses_in_one_line_naming_the_option(
+        capture, profile, option):
+    """A capture has no lab: a profile whose scope is a lab role would otherwise act
+    on every server in it (or none); it says what to set instead."""
+    proc = cli(["--profile", profile, "--pcap", str(capture)])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert option in proc.stderr and "a lab role" in proc.stderr and "--set" in proc.stderr
+    # With the addresses set, it judges the capture.
+    detector, part = option.split(".")[1:]
+    sets = {"detectors": {detector: {part: ["198.18.3.0/24"]}}}
+    if profile == "iran-2026":
+        sets["detectors"]["ip_allowlist"]["addresses"] = []
+    ok = cli(["--profile", profile, "--set", json.dumps(sets), "--pcap", str(capture)])
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_residual_verdict_names_the_flow_triple_and_time_that_caused_it(capture):
+    got = {v.flow["client_port"]: v for v in replay(load_profile("gfw-fet-2021", FET_P1),
+                                                    capture)}
+    setter, caught = got[40000], got[40002]
+    assert caught.verdict == "dropped-by-residual" and caught.detector is None
+    assert caught.cause == {"flow": setter.id, "client_port": 40000, "detector": "fet",
+                            "triple": {"from": CLIENT, "to": SERVER, "proto": 6,
+                                       "port": 9850},
+                            "set_at": 10.003, "expires": 30.003}
+    assert {"action": "residual", "direction": "to-server", "seconds": 20.0,
+            "triple": caught.cause["triple"]} in setter.would
+    assert got[40003].cause is None  # judged afresh after the block lapsed
+
+
+def hello_capture(path, sni: str, dport: int = 443) -> None:
+    from tests.support.tlsrecords import crafted_client_hello
+
+    pkts = (connection(40000, SERVER, dport, crafted_client_hello(sni), 10.0)
+            + connection(40001, SERVER, dport, b"x", 11.0))
+    wrpcap(str(path), pkts)
+
+
+def test_every_would_entry_names_its_direction(tmp_path):
+    """The GFW's injectors reset both ends, Henan's only the client; the replay
+    says which is which, and so for every other entry."""
+    path = tmp_path / "h.pcap"
+    hello_capture(path, "www.blocked.lab")
+    gfw = list(replay(load_profile("gfw-sni-rst-2025"), path))
+    injected = [w for w in gfw[0].would if w["action"] == "inject"]
+    assert sorted((w["direction"], w["flags"], w["count"]) for w in injected) == [
+        ("to-client", "R", 1), ("to-client", "RA", 1), ("to-client", "RA", 3),
+        ("to-server", "R", 1), ("to-server", "RA", 1), ("to-server", "RA", 3)]
+    assert gfw[1].verdict == "dropped-by-residual"
+    henan = next(replay(load_profile("henan-2025"), path))
+    assert henan.would == [{"action": "inject", "direction": "to-client", "proto": "tcp",
+                            "count": 1, "flags": "RA"}]
+    prober = next(replay(load_profile("gfw-prober"), path.parent / "h.pcap"))
+    assert prober.verdict == "pass"  # a TLS hello is exempt from the FET rules
+    path2 = tmp_path / "r.pcap"
+    wrpcap(str(path2), connection(40000, SERVER, 9850, random.Random(2).randbytes(300), 1.0))
+    probed = next(replay(load_profile("gfw-prober"), path2))
+    assert {"action": "probe", "direction": "to-server", "target": f"{SERVER}:9850"} \
+        in probed.would
+    blocked = next(replay(load_profile("ip-blocklist", {"detectors": {"ip_blocklist": {
+        "addresses": [SERVER]}}}), path2))
+    assert blocked.would == [{"action": "drop", "direction": "both", "by": "ip_blocklist"}]
+    outside = next(replay(load_profile("iran-2026", {"detectors": {"ip_allowlist": {
+        "addresses": [], "domestic": []}}}), path2))
+    assert outside.would == [{"action": "drop", "direction": "to-server", "by": "ip_allowlist"}]
+
+
+# -- the schema of docs/lab/censor.md §4.1 ------------------------------------------------
+
+def schema_tables() -> dict[str, dict[str, str]]:
+    """The §4.1 tables: each table's name and its fields' types."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs/lab/censor.md").read_text()
+    section = text[text.index("### 4.1 The verdict lines"):text.index("## 5. What it costs")]
+    tables: dict[str, dict[str, str]] = {}
+    name = None
+    for line in section.splitlines():
+        if line and not line.startswith("|") and line.rstrip().endswith(":"):
+            name = line.split("(")[0].strip(" :").split()[-1].lower()
+            tables[name] = {}
+        elif line.startswith("| ") and name and not line.startswith("| field"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            tables[name][cells[0]] = cells[1]
+    return tables
+
+
+def check(value, type_text: str, tables: dict[str, dict[str, str]], where: str) -> None:
+    """``value`` against a type of the §4.1 grammar; an AssertionError says where not."""
+    choices = [c.strip() for c in type_text.replace(", optional", "").split("\\|")]
+    for choice in choices:
+        try:
+            _check_one(value, choice, tables, where)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"{where}: {value!r} is not {type_text}")
+
+
+def _check_one(value, choice: str, tables, where: str) -> None:
+    if choice.startswith('"'):
+        assert value == choice.strip('"')
+    elif choice == "int":
+        assert isinstance(value, int) and not isinstance(value, bool)
+    elif choice == "float":
+        assert isinstance(value, int | float) and not isinstance(value, bool)
+    elif choice == "string":
+        assert isinstance(value, str)
+    elif choice == "bool":
+        assert isinstance(value, bool)
+    elif choice == "object":
+        assert isinstance(value, dict)
+    elif choice == "null":
+        assert value is None
+    elif choice.startswith("list of "):
+        assert isinstance(value, list)
+        for k, item in enumerate(value):
+            check(item, choice[len("list of "):], tables, f"{where}[{k}]")
+    else:
+        table = tables[choice]
+        assert isinstance(value, dict)
+        assert set(value) <= set(table), f"{where}: undocumented {set(value) - set(table)}"
+        for field_name, type_text in table.items():
+            if "optional" not in type_text:
+                assert field_name in value, f"{where}: no {field_name}"
+            if field_name in value:
+                check(value[field_name], type_text, tables, f"{where}.{field_name}")
+
+
+def test_every_line_follows_the_documented_schema(tmp_path, capture):
+    """Lines from several profiles and captures, through the CLI: every field is in
+    §4.1's tables with its type, and every kind of line and entry turns up."""
+    from tests.censor_sim.test_tspu_profiles import freeze_capture
+
+    tables = schema_tables()
+    assert set(tables) >= {"line", "flow", "would", "cause", "triple", "armed"}
+    hello = tmp_path / "h.pcap"
+    hello_capture(hello, "www.blocked.lab")
+    froze, armed = tmp_path / "f.pcap", tmp_path / "a.pcap"
+    freeze_capture(froze, [16000, 500, 500])
+    freeze_capture(armed, [8000])
+    runs = [(["gfw-fet-2021", "--set", json.dumps(FET_P1)], capture),
+            (["gfw-sni-rst-2025"], hello), (["henan-2025"], hello), (["gfw-prober"], capture),
+            (["ip-blocklist", "--set", '{"detectors": {"ip_blocklist": {"addresses": '
+              '["198.18.3.2"]}}}'], capture),
+            (["tspu-freeze-2025", "--set", '{"detectors": {"tls": {"servers": '
+              '["198.18.5.0/24"]}}}'], froze),
+            (["tspu-freeze-2025", "--set", '{"detectors": {"tls": {"servers": '
+              '["198.18.5.0/24"]}}}'], armed),
+            (["gfw-443-rst-2025-08-20"], hello)]
+    seen_fields: set[str] = set()
+    seen_would: set[tuple[str, str]] = set()
+    for k, (args, pcap) in enumerate(runs):
+        out = tmp_path / f"v{k}.jsonl"
+        proc = cli(["--profile", *args, "--pcap", str(pcap), "--out", str(out)])
+        assert proc.returncode == 0, proc.stderr
+        for n, text in enumerate(out.read_text().splitlines()):
+            line = json.loads(text)
+            check(line, "line", tables, f"{args[0]} line {n + 1}")
+            assert list(line) == list(tables["line"])  # every field, in the table's order
+            seen_fields |= {f for f, v in line.items() if v not in (None, [], {})}
+            seen_would |= {(w["action"], w.get("by", w["direction"])) for w in line["would"]}
+    assert seen_fields >= {"cause", "armed", "would", "evidence", "detector"}
+    assert seen_would >= {("inject", "to-client"), ("inject", "to-server"),
+                          ("residual", "to-server"), ("probe", "to-server"),
+                          ("drop", "ip_blocklist"), ("drop", "freeze")}

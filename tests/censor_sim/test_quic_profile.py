@@ -98,3 +98,28 @@ def test_evasions_pass_and_zero_length_ids_do_not(variant):
     eng = engine()
     send(eng, build_initial("blocked.lab", variant))
     assert bool(eng.effects.residuals) is (variant == "zero-cids")
+
+
+# The artifact's own trigger (README, "Experiment 1", netcat): "a truncated QUIC packet
+# with the SNI set to google.com", 95 bytes, sent from port 60001 to port 444; "If no
+# subsequent packets are received on the server, it indicates successful triggering".
+ARTIFACT_TRIGGER = bytes.fromhex(
+    "c1000000010000004055f5de2bedfa3f92b1b6c9566bb0fdd4cd655379bc549f9383046e110d3ec5af79f9"
+    "77950f7357c9af27587d2ca63da6f931afd48e211cbbb364d99a3363d60e23bbf8064b36e7294572c4a21"
+    "0e895c752cadc168441")
+
+
+def test_the_artifacts_own_short_initial_blocks_from_60001_to_444():
+    """Zero-length connection IDs and no padding to 1,200 bytes: blocked all the same
+    (Table 3, row 4, "both connection IDs of length 0"), on any port pair whose source
+    port is the higher (Experiment 2: 4000 to 5000 not blocked, 65000 to 443 blocked)."""
+    prof = load_profile("gfw-quic-sni-2024", {"detectors": {"quic_sni": {"sni": ["google.com"]}}})
+    eng = Engine(prof, clock=Clock(), rng=random.Random(0))
+    assert len(ARTIFACT_TRIGGER) == 95
+    send(eng, ARTIFACT_TRIGGER, sport=60001, dport=444)
+    assert eng.effects.residuals == [((CLIENT, SERVER, 17, 444), 180.0)]
+    eng.clock.t += 5  # "After a few seconds, attempt to send it again"
+    assert send(eng, ARTIFACT_TRIGGER, sport=60001, dport=444).drop
+    low = Engine(prof, clock=Clock(), rng=random.Random(0))
+    send(low, ARTIFACT_TRIGGER, sport=4000, dport=5000)
+    assert not low.effects.residuals

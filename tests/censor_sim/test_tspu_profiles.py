@@ -47,6 +47,17 @@ def test_tspu_quic_2022_is_not_sni_based_and_filters_every_datagram():
     assert eng.handle(udp(CLIENT, SERVER, 50002, 443, qv.long_header(1200)), True).drop
 
 
+@pytest.mark.parametrize(("first", "size", "blocked"), [
+    (0xC0, 1001, True), (0x40, 1001, True), (0x00, 1001, True), (0x40, 1000, False)])
+def test_tspu_quic_2022_reads_the_version_bytes_whatever_the_first_byte(first, size, blocked):
+    """ValdikSS, IETF QUIC list (March 2022): "Filter seeks for "00 00 00 01" ... in the
+    UDP payload starting from the second byte"; the pseudo-rule is "filesize > 1000
+    and dport == 443 and int32be(1) == 0x00000001", with no test of the first byte."""
+    payload = bytes([first]) + b"\x00\x00\x00\x01" + bytes(size - 5)
+    eng = engine("tspu-quic-2022")
+    assert eng.handle(udp(CLIENT, SERVER, 50000, 443, payload), True).drop is blocked
+
+
 @pytest.mark.parametrize(("sni", "ech", "blocked"), [
     ("cloudflare-ech.com", True, True),
     ("cloudflare-ech.com", False, False),  # the name alone
@@ -90,6 +101,83 @@ def test_the_kernel_rule_drops_only_the_servers_packets_past_the_byte_count():
     assert ('oifname "ptlc-in" ct mark & 0x70 == 0x30 ct reply bytes > 16384 '
             "counter name freeze_drop drop") in rules
     assert "freeze_drop drop" not in datapath.ruleset(None)
+
+
+def freeze_capture(path, server_data: list[int], server: str = SERVER, hello: bytes = b"",
+                   start: float = 10.0) -> None:
+    """One TLS connection in a capture: handshake, the client's hello, then the
+    server's data in segments of the sizes given (TCP payload bytes), each followed
+    by the client's ACK."""
+    from scapy.all import IP, TCP, Raw, wrpcap
+
+    hello = hello or crafted_client_hello("site.lab")
+    pkts = [IP(src=CLIENT, dst=server) / TCP(sport=40000, dport=443, flags="S", seq=1),
+            IP(src=server, dst=CLIENT) / TCP(sport=443, dport=40000, flags="SA", seq=9, ack=2),
+            IP(src=CLIENT, dst=server) / TCP(sport=40000, dport=443, flags="A", seq=2, ack=10),
+            IP(src=CLIENT, dst=server) / TCP(sport=40000, dport=443, flags="PA", seq=2,
+                                             ack=10) / Raw(hello)]
+    seq = 10
+    for size in server_data:
+        pkts.append(IP(src=server, dst=CLIENT) / TCP(sport=443, dport=40000, flags="PA",
+                                                     seq=seq, ack=2 + len(hello))
+                    / Raw(b"\x17" * size))
+        seq += size
+        pkts.append(IP(src=CLIENT, dst=server) / TCP(sport=40000, dport=443, flags="A",
+                                                     seq=2 + len(hello), ack=seq))
+    for k, pkt in enumerate(pkts):
+        pkt.time = start + 0.001 * k
+    wrpcap(str(path), pkts)
+
+
+def replay_freeze(path, servers=(SERVER,)):
+    from censor_sim.offline import replay
+
+    prof = load_profile("tspu-freeze-2025", {"detectors": {"tls": {"servers": list(servers)}}})
+    (only,) = replay(prof, path)
+    return only
+
+
+# The server's IP bytes before its data: the SYN+ACK (40 bytes).
+SYNACK = 40
+
+
+@pytest.mark.parametrize("total", [8192, 16384])
+def test_a_flow_the_server_sent_no_more_than_the_threshold_passes_undetected(tmp_path, total):
+    """net4people/bbs#490: "the data size received from the server to the client is
+    more than ≈15-20KB ... the MAIN thing"; the kernel rule drops past
+    actions.freeze.bytes (16,384) IP bytes, "ct reply bytes > 16384". A flow whose
+    server sent 8 KB, or exactly 16,384 bytes, was never frozen: it passes, is no
+    detection, and says which rule waited and how far it got (issue 46, item 3)."""
+    data = total - SYNACK - 40  # one segment: its IP and TCP headers are 40 bytes
+    freeze_capture(tmp_path / "f.pcap", [data])
+    v = replay_freeze(tmp_path / "f.pcap")
+    assert (v.verdict, v.detector, v.detections, v.would) == ("pass", None, 0, [])
+    armed = v.to_json()["armed"]
+    assert armed == {"action": "freeze", "detector": "tls", "packet": 4, "after_s": 0.003,
+                     "threshold_bytes": 16384, "server_bytes": total}
+
+
+def test_the_server_packet_that_crosses_the_threshold_is_the_first_frozen(tmp_path):
+    """One byte past 16,384: the segment that carries the count over is dropped, and
+    every later one from the server; the client's packets pass."""
+    first = 16384 - SYNACK - 40  # exactly at the threshold after this segment
+    freeze_capture(tmp_path / "f.pcap", [first, 1, 500, 500])
+    v = replay_freeze(tmp_path / "f.pcap")
+    assert (v.verdict, v.detector, v.detections, v.packet) == ("freeze", "tls", 1, 7)
+    assert v.would == [{"action": "drop", "direction": "to-client", "by": "freeze",
+                        "after_bytes": 16384, "from_packet": 7, "packets": 3}]
+    assert v.to_json()["armed"] is None
+    assert v.evidence["by"] == "any_tls"
+
+
+def test_unlisted_servers_and_non_tls13_flows_are_not_armed(tmp_path):
+    freeze_capture(tmp_path / "o.pcap", [1400] * 20)
+    v = replay_freeze(tmp_path / "o.pcap", servers=["198.18.9.0/24"])
+    assert (v.verdict, v.to_json()["armed"]) == ("pass", None)
+    tls12 = crafted_client_hello("a.lab").replace(b"\x00\x2b\x00\x03\x02\x03\x04",
+                                                  b"\x00\x2b\x00\x03\x02\x03\x03")
+    freeze_capture(tmp_path / "t.pcap", [1400] * 20, hello=tls12)
+    assert replay_freeze(tmp_path / "t.pcap").to_json()["armed"] is None
 
 
 def dtls_engine(name: str) -> Engine:

@@ -26,11 +26,12 @@ def udp(src, dst, sport, dport, payload) -> Packet:
     return Packet(b"", 4, src, dst, packet.UDP, 64, 0, 20, sport, dport, payload=payload)
 
 
-def connect(engine: Engine, cport: int, sport: int, first: bytes, server: str = SERVER):
+def connect(engine: Engine, cport: int, sport: int, first: bytes, server: str = SERVER,
+            client: str = CLIENT):
     """A handshake and one client payload; the verdict of the payload packet."""
-    v = engine.handle(tcp(CLIENT, server, cport, sport, SYN), True)
+    v = engine.handle(tcp(client, server, cport, sport, SYN), True)
     if v.drop:
         return v
-    engine.handle(tcp(server, CLIENT, sport, cport, SYN | ACK), False)
-    engine.handle(tcp(CLIENT, server, cport, sport, ACK), True)
-    return engine.handle(tcp(CLIENT, server, cport, sport, PSH | ACK, first), True)
+    engine.handle(tcp(server, client, sport, cport, SYN | ACK), False)
+    engine.handle(tcp(client, server, cport, sport, ACK), True)
+    return engine.handle(tcp(client, server, cport, sport, PSH | ACK, first), True)

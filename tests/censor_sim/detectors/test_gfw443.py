@@ -65,5 +65,7 @@ def test_it_replays_offline_and_says_what_it_would_inject(tmp_path):
     got = {v.flow["server_port"]: v for v in replay(load_profile("gfw-443-rst-2025-08-20"),
                                                       tmp_path / "h.pcap")}
     assert got[443].verdict == "rst" and got[443].packet == 1
-    assert got[443].would == ["inject RA x1"] * 6
+    # Three on the SYN and three on the SYN+ACK, all to the connection's initiator.
+    assert got[443].would == [{"action": "inject", "direction": "to-client", "proto": "tcp",
+                               "count": 1, "flags": "RA"}] * 6
     assert got[8443].verdict == "pass" and not got[8443].would
