@@ -15,7 +15,10 @@ has. :class:`HttpGuard` sits between the listening socket and aiohttp:
   own longest-waiting connection is closed, so a flood from one address churns
   its own connections and nobody else's. A trusted edge (a CDN or reverse proxy
   whose connections carry everyone's requests) has no share;
-* connections in all are capped, below the budget;
+* connections in all are capped, below the budget; when the cap is reached
+  and none is waiting, an application may name one of its long-running
+  connections to close (:attr:`HttpGuard.shed`: the Snowflake bridge closes
+  the WebSocket that has been silent longest), else the newcomer is refused;
 * a body must have arrived within ``body_timeout_s`` of its head (or the
   connection is closed), and one whose declared length is over ``max_body``
   is answered 413 before a byte of it is read;
@@ -156,6 +159,7 @@ class GuardStats:
     evicted: int = 0
     evicted_same_source: int = 0
     refused: int = 0
+    shed: int = 0
     too_large: int = 0
     body_timeouts: int = 0
 
@@ -174,6 +178,9 @@ class HttpGuard:
         # address -> its waiting handlers, longest-waiting first (so an accept
         # costs the same however many connections wait)
         self.waiting_from: dict[str, dict[Any, None]] = {}
+        # At the connection cap with none waiting: closes one of the application's
+        # long-running connections to make room, and says whether it did.
+        self.shed: Callable[[], bool] | None = None
 
     # --- connections ------------------------------------------------------------
 
@@ -183,17 +190,19 @@ class HttpGuard:
 
     def _admit(self, handler: Any, transport: asyncio.BaseTransport) -> None:
         if len(self.open) >= self.limits.max_connections and not self.waiting:
-            self.stats.refused += 1
-            transport.close()
-            return
+            if self.shed is None or not self.shed():
+                self.stats.refused += 1
+                transport.close()
+                return
+            self.stats.shed += 1  # it leaves self.open once its close has run
         peer = transport.get_extra_info("peername")
         src = str(peer[0]) if peer else ""
         mine = self.waiting_from.get(src, {}) if src not in self.limits.trusted else {}
         if len(mine) >= self.limits.per_source:
             self._evict(next(iter(mine)))  # its own longest-waiting connection
             self.stats.evicted_same_source += 1
-        elif len(self.open) >= self.limits.max_connections or \
-                len(self.waiting) >= self.limits.max_waiting:
+        elif self.waiting and (len(self.open) >= self.limits.max_connections or
+                               len(self.waiting) >= self.limits.max_waiting):
             self._evict(next(iter(self.waiting)))
         self.open.add(handler)
         self.source[handler] = src
