@@ -181,6 +181,9 @@ class HttpGuard:
         # At the connection cap with none waiting: closes one of the application's
         # long-running connections to make room, and says whether it did.
         self.shed: Callable[[], bool] | None = None
+        # Where aiohttp's expected errors are counted (PrivateServerLog): the
+        # server's own failure lines; Python's logging at info level if None.
+        self.failures: QuietErrors | None = None
 
     # --- connections ------------------------------------------------------------
 
@@ -350,11 +353,18 @@ class PrivateServerLog(logging.Filter):
         return True
 
 
-def keep_server_log_private(logger: logging.Logger | None = None) -> None:
-    """Install :class:`PrivateServerLog` on aiohttp's server logger, once."""
+def keep_server_log_private(logger: logging.Logger | None = None,
+                            quiet: QuietErrors | None = None) -> None:
+    """Install :class:`PrivateServerLog` on aiohttp's server logger, once; with
+    ``quiet``, its lines go there (one process serves one such server, or the last
+    one listening gets them)."""
     logger = logger or logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, PrivateServerLog) for f in logger.filters):
-        logger.addFilter(PrivateServerLog())
+    for f in logger.filters:
+        if isinstance(f, PrivateServerLog):
+            if quiet is not None:
+                f.quiet = quiet
+            return
+    logger.addFilter(PrivateServerLog(quiet))
 
 
 async def serve(app: web.Application, host: str | None, port: int,
@@ -363,7 +373,7 @@ async def serve(app: web.Application, host: str | None, port: int,
     """Run ``app`` behind ``guard``: the runner and the listening server, both to be
     closed (the server first)."""
     guard = guard or HttpGuard()
-    keep_server_log_private()
+    keep_server_log_private(quiet=guard.failures)
     app.middlewares.insert(0, guard.middleware)  # before anything else the app does
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            keepalive_timeout=guard.limits.keepalive_s)

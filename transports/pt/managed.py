@@ -206,8 +206,9 @@ async def _relay(name: str, a: base.Streams, b: base.Streams) -> None:
         for _, writer in (a, b):
             error = writer.get_extra_info("session_error")
             if error is not None:
-                _log("warning", f"{name}: session ended on a framing error: "
-                                f"{describe_error(error)}")
+                # One line a second at most: a censor can break many sessions at once.
+                _quiet.report(f"{name}-framing", f"{name}: session ended on a framing error: "
+                                                 f"{describe_error(error)}")
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -380,6 +381,18 @@ async def run(cfg: ClientConfig | ServerConfig) -> int:
     life = Lifetime()
     life.install(cfg.exit_on_stdin_close)
     _quiet.install(asyncio.get_running_loop())
+    # What an interval left out is written a second later, not lost when a flood stops.
+    flushers = [asyncio.create_task(q.flush_forever()) for q in (_quiet, _quiet_info)]
+    try:
+        return await _serve(cfg, life)
+    finally:
+        for task in flushers:
+            task.cancel()
+        for q in (_quiet, _quiet_info):
+            q.flush(final=True)
+
+
+async def _serve(cfg: ClientConfig | ServerConfig, life: Lifetime) -> int:
     if isinstance(cfg, ServerConfig):
         # A bridge faces strangers: take every descriptor the hard limit allows, and
         # derive the caps from that (transports/common/budget.py).

@@ -246,7 +246,7 @@ class SnowflakeBridge:
         for link in list(self._links.values()):
             link.transport.abort()
         await self.clients.close()
-        self.failures.flush()
+        self.failures.flush(final=True)
 
     def shed_websocket(self) -> bool:
         """At the connection cap: close the WebSocket silent longest (httpguard's
@@ -436,6 +436,7 @@ async def listen(bridge: SnowflakeBridge, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None) -> Listening:
     guard = HttpGuard(limits_from_options(bridge.config.http_options, "snowflake server"))
     guard.shed = bridge.shed_websocket
+    guard.failures = bridge.failures
     return await weblisten.listen(bridge.app, host, port, ssl_context, guard)
 
 
@@ -511,19 +512,17 @@ def server_factory_from_args(args: dict[str, str] | None) -> SnowflakeServerFact
 
 async def _serve_forever(args, stop: asyncio.Event) -> int:
     events = EventLog("snowflake-bridge")
+    cfg = args.config
     # asyncio's own reports (a failed accept() when descriptors run out) and the
     # bridge's expected failures: one line a second each, never a traceback.
-    resource_errors = QuietErrors(lambda line: events.emit("resource_error", error=line))
-    resource_errors.install(asyncio.get_running_loop())
-    flusher = asyncio.create_task(resource_errors.flush_forever())
+    failures = QuietErrors(lambda line: events.emit("failures", message=line), clock=cfg.clock)
+    failures.install(asyncio.get_running_loop())
     ctx = None
     if args.cert:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(args.cert, args.key)
-    cfg = args.config
     cfg.dest = split_hostport(args.dest)
-    bridge = SnowflakeBridge(cfg, failures=QuietErrors(
-        lambda line: events.emit("failures", message=line), clock=cfg.clock))
+    bridge = SnowflakeBridge(cfg, failures=failures)
     host, port = split_hostport(args.listen)
     try:
         listening = await listen(bridge, host, port, ctx)
@@ -540,8 +539,6 @@ async def _serve_forever(args, stop: asyncio.Event) -> int:
     await stop.wait()
     await listening.aclose()
     events.emit("stats", **vars(bridge.sync_stats()))
-    flusher.cancel()
-    resource_errors.flush()
     return 0
 
 

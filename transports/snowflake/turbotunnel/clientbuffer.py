@@ -26,16 +26,20 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from transports.common.budget import CLIENT_BUFFER
+
 MiB = 1 << 20
-#: The budget by default: 3,000 never-read sessions (issue 48) then peak at about
-#: 200 MiB of RSS against the 300 MiB goal (docs/transports/budgets.md §2.1).
-DEFAULT_CLIENT_BUFFER = 96 * MiB
+#: The budget by default (transports/common/budget.py, docs/transports/budgets.md §2.1).
+DEFAULT_CLIENT_BUFFER = CLIENT_BUFFER
 #: No stream needs more at once: Snowflake's client announces a 1 MiB smux window
 #: (docs/transports/turbotunnel.md §4.3), and a share bounds what is in flight.
 MAX_SHARE = 2 * MiB
-#: The smallest share the stream cap may leave (the cap is lowered to keep it):
-#: a stream's write queue and its upstream's read buffer take about half of it.
-MIN_SHARE = 128 * 1024
+#: The smallest share the stream cap may leave (the cap is lowered to keep it). A
+#: stream must always be able to move one smux frame into KCP while its upstream's
+#: read side (48 KiB, transports/common/upstream.py) and its write queue (one relay
+#: read, 64 KiB at most) are full: 48 + 64 + 34 (a 32 KiB frame in whole KCP
+#: segments) = 146 KiB, rounded up.
+MIN_SHARE = 192 * 1024
 #: How long a session holding bytes must have had nothing acknowledged before
 #: :meth:`ClientBuffer.relieve` may close it.
 STALL_S = 5.0
