@@ -105,6 +105,7 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     # aiohttp's own expected errors (a malformed request, a client gone): counted
     # in the same log, one line a second each.
     guard.failures = quiet
+    broker.failures = quiet
     try:
         runner, server = await serve_guarded(broker.app(), host.strip("[]") or None, int(port),
                                              tls, guard)

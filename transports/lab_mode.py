@@ -114,13 +114,22 @@ async def run_server(args: argparse.Namespace, stop: asyncio.Event) -> None:
         up, down = await relay(inner, upstream)
         _emit(comp, "closed", **peer_of(writer), up=up, down=down)
 
+    # The handlers, held here: the loop keeps tasks only weakly, and one whose
+    # connection a transport took over would otherwise be collected mid-relay.
+    handlers: set[asyncio.Task[None]] = set()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
         try:
             await serve(reader, writer)
         except asyncio.CancelledError:
-            # Shutdown: asyncio.run cancels the connections still open, and Python
-            # 3.11 prints a traceback for each cancelled handler task otherwise.
+            # Shutdown: Python 3.11 prints a traceback for each cancelled handler
+            # task otherwise.
             writer.close()
+        finally:
+            handlers.discard(task)
 
     servers = []
     for spec in args.listen:
@@ -131,6 +140,10 @@ async def run_server(args: argparse.Namespace, stop: asyncio.Event) -> None:
     await stop.wait()
     for s in servers:
         s.close()
+    for task in list(handlers):
+        task.cancel()
+    if handlers:
+        await asyncio.wait(list(handlers), timeout=2.0)
     flusher.cancel()
     failures.flush(final=True)
 

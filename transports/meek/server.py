@@ -258,16 +258,19 @@ class MeekServer:
             return web.Response(status=404, text="404 page not found\n",
                                 content_type="text/plain")
         if request.method != "POST":
+            self.failures.report("bad-method", "a request that is no POST was answered 400")
             return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
         try:
             sid = check_session_id(request.headers.get("X-Session-Id"))
-        except BadSessionId:
+        except BadSessionId as exc:
             self.stats.rejected += 1
+            self.failures.report("bad-session-id", f"a POST was answered 400: {exc}")
             return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             self.stats.rejected += 1
+            self.failures.report("too-large", "a POST over 64 KiB was answered 413")
             return web.Response(status=413, text="Request Entity Too Large\n",
                                 content_type="text/plain")
         self.stats.requests += 1

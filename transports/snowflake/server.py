@@ -297,13 +297,19 @@ class SnowflakeBridge:
                     if data is None:
                         if len(buf) < 8:
                             self.stats.empty += 1
+                            self.failures.report("no-preamble", "a WebSocket ended before "
+                                                                "its Turbo Tunnel preamble")
                         return
                     buf += data
                     if len(buf) >= 8 and bytes(buf[:8]) != TOKEN:
                         self.stats.bad_token += 1
+                        self.failures.report("bad-token", "a WebSocket did not start with "
+                                                          "Turbo Tunnel's token")
                         return
         except TimeoutError:
             self.stats.empty += 1
+            self.failures.report("no-preamble", "a WebSocket sent no Turbo Tunnel preamble "
+                                                "in time")
             return
         client_id = bytes(buf[8:16])
         session = self.clients.attach(client_id, client_ip)
