@@ -125,22 +125,15 @@ async def pt_server(tmp: Path, upstream: int) -> Server:
                               for name, kind in PT_KINDS.items()])
 
 
-async def bridge_server(tmp: Path, upstream: int) -> Server:
-    log = tmp / "bridge.log"
-    proc = await spawn([PY, "-m", "transports.snowflake.server", "--listen", "127.0.0.1:0",
+async def web_server(tmp: Path, upstream: int, module: str, kind: str,
+                     transport: str) -> Server:
+    """A standalone web server of ours (``--listen``, ``--dest``) and its listener."""
+    log = tmp / f"{transport}.log"
+    proc = await spawn([PY, "-m", module, "--listen", "127.0.0.1:0",
                         "--dest", f"127.0.0.1:{upstream}"], log)
     text = await wait_for_text(log, proc, lambda t: ready_event(t) is not None)
     host, _, port = ready_event(text)["listen"].rpartition(":")
-    return Server(proc, log, [Listener("websocket", host, int(port), "snowflake")])
-
-
-async def meek_server(tmp: Path, upstream: int) -> Server:
-    log = tmp / "meek.log"
-    proc = await spawn([PY, "-m", "transports.meek.server", "--listen", "127.0.0.1:0",
-                        "--dest", f"127.0.0.1:{upstream}"], log)
-    text = await wait_for_text(log, proc, lambda t: ready_event(t) is not None)
-    host, _, port = ready_event(text)["listen"].rpartition(":")
-    return Server(proc, log, [Listener("http", host, int(port), "meek")])
+    return Server(proc, log, [Listener(kind, host, int(port), transport)])
 
 
 async def broker_server(tmp: Path, _upstream: int) -> Server:
@@ -230,8 +223,9 @@ STARTERS: dict[str, Callable[[Path, int], Awaitable[Server]]] = {
     "lab-obfs4": lambda tmp, up: lab_server(tmp, up, "obfs4"),
     "lab-scramblesuit": lambda tmp, up: lab_server(tmp, up, "scramblesuit"),
     "ptlab-pt": pt_server,
-    "snowflake-bridge": bridge_server,
-    "meek-server": meek_server,
+    "snowflake-bridge": lambda tmp, up: web_server(tmp, up, "transports.snowflake.server",
+                                                   "websocket", "snowflake"),
+    "meek-server": lambda tmp, up: web_server(tmp, up, "transports.meek.server", "http", "meek"),
     "broker": broker_server,
 }
 #: What each server's log says about the failures it counted.

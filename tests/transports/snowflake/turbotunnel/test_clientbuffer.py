@@ -7,18 +7,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support.clock import ManualClock
 from transports.common import relay
 from transports.common.upstream import read_bound
 from transports.snowflake.turbotunnel import clientbuffer as cb
 from transports.snowflake.turbotunnel import kcp, smux
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_a_meter_passes_every_change_up_to_its_parents():
@@ -93,7 +86,7 @@ class Holder:
 
 
 def test_relief_ends_the_session_stalled_longest_and_only_past_the_stall_time():
-    clock = Clock()
+    clock = ManualClock()
     buf = cb.ClientBuffer(cb.MIN_SHARE * 4, 4, stall_s=5.0, clock=clock)
     needy = Holder(held=10, stalled=60.0)  # never its own victim
     reading = Holder(held=1 << 20, stalled=0.2)

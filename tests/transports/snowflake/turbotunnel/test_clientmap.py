@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.support.clock import ManualClock
 from transports.snowflake.turbotunnel import clientbuffer as cb
 from transports.snowflake.turbotunnel.clientmap import DEAD_LINK_S, ClientMap
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class FakeKCP:
     """What the session asks of its KCP conversation."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.last_progress = clock.t
         self.waiting = False  # data unacknowledged
@@ -49,7 +42,7 @@ async def no_streams(stream, session) -> None:  # pragma: no cover - never calle
     raise AssertionError("no stream expected")
 
 
-def new_map(clock: Clock, total: int = 4 * cb.MIN_SHARE, max_streams: int = 4) -> ClientMap:
+def new_map(clock: ManualClock, total: int = 4 * cb.MIN_SHARE, max_streams: int = 4) -> ClientMap:
     return ClientMap(no_streams, clock=clock, buffer=cb.ClientBuffer(total, max_streams,
                                                                      clock=clock))
 
@@ -61,7 +54,7 @@ def test_the_dead_link_time_is_kcp_gos():
 
 
 async def test_a_dead_link_counts_websocket_time_only_and_ends_at_its_time():
-    clock = Clock()
+    clock = ManualClock()
     cmap = new_map(clock)
     session = cmap.attach(b"A" * 8, "")
     fake = session.kcp = FakeKCP(clock)  # type: ignore[assignment]  # a stand-in conversation
@@ -89,7 +82,7 @@ async def test_a_dead_link_counts_websocket_time_only_and_ends_at_its_time():
 
 
 async def test_an_acknowledgement_restarts_the_dead_link_count():
-    clock = Clock()
+    clock = ManualClock()
     cmap = new_map(clock)
     session = cmap.attach(b"B" * 8, "")
     fake = session.kcp = FakeKCP(clock)  # type: ignore[assignment]  # a stand-in conversation
@@ -110,7 +103,7 @@ async def test_an_acknowledgement_restarts_the_dead_link_count():
 async def test_the_outgoing_queue_holds_a_share_and_drops_the_rest():
     """Queued packets are copies of KCP's segments, which KCP sends again: past the
     session's share (or the budget) one is dropped, never waited for."""
-    clock = Clock()
+    clock = ManualClock()
     cmap = new_map(clock)
     session = cmap.attach(b"C" * 8, "")
     cmap.buffer.open_streams = 4  # the bridge is full: each share is the floor
@@ -129,7 +122,7 @@ async def test_the_outgoing_queue_holds_a_share_and_drops_the_rest():
 
 
 async def test_an_ended_session_releases_what_it_held_at_once():
-    clock = Clock()
+    clock = ManualClock()
     cmap = new_map(clock)
     session = cmap.attach(b"D" * 8, "")
     session.kcp = FakeKCP(clock)  # type: ignore[assignment]  # a stand-in conversation

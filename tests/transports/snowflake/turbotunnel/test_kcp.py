@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+from tests.support.clock import ManualClock
 from transports.snowflake.turbotunnel import kcp
 from transports.snowflake.turbotunnel.clientbuffer import Meter
 
@@ -170,13 +171,6 @@ async def test_retransmission_backoff_is_additive_like_kcp_go():
     await conn.close()
 
 
-class FrozenClock:
-    def __init__(self) -> None:
-        self.t = 500.0
-
-    def __call__(self) -> float:
-        return self.t
-
 
 async def test_a_write_waits_while_may_send_refuses_and_the_meter_counts_segments():
     """The bridge's client buffer (clientbuffer.py): a write waits for room, asked
@@ -205,7 +199,7 @@ async def test_a_write_waits_while_may_send_refuses_and_the_meter_counts_segment
 
 
 async def test_stalled_for_counts_from_the_last_acknowledgement_while_data_waits():
-    clock = FrozenClock()
+    clock = ManualClock(500.0)
     held: list[bytes] = []
     b = kcp.KCPConn(9, lambda p: a.input([p]), clock=clock)
     a = kcp.KCPConn(9, held.append, clock=clock)
