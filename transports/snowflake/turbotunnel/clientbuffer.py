@@ -35,10 +35,11 @@ DEFAULT_CLIENT_BUFFER = CLIENT_BUFFER
 #: (docs/transports/turbotunnel.md §4.3), and a share bounds what is in flight.
 MAX_SHARE = 2 * MiB
 #: The smallest share the stream cap may leave (the cap is lowered to keep it). A
-#: stream must always be able to move one smux frame into KCP while its upstream's
-#: read side (48 KiB, transports/common/upstream.py) and its write queue (one relay
-#: read, 64 KiB at most) are full: 48 + 64 + 34 (a 32 KiB frame in whole KCP
-#: segments) = 146 KiB, rounded up.
+#: stream must always be able to move its queued write into KCP while its
+#: upstream's read side (48 KiB, transports/common/upstream.py) and its write queue
+#: (one relay read, 64 KiB at most) are full, and the write stays counted in the
+#: queue until smux has taken both of its 32 KiB frames (34 KiB each in whole KCP
+#: segments): 48 + 64 + 2 x 34 = 180 KiB, rounded up.
 MIN_SHARE = 192 * 1024
 #: How long a session holding bytes must have had nothing acknowledged before
 #: :meth:`ClientBuffer.relieve` may close it.

@@ -67,9 +67,12 @@ def test_a_budget_smaller_than_one_share_is_refused():
 
 def test_the_smallest_share_always_lets_a_stream_move_one_frame():
     """Else a stream whose upstream read side and write queue are full could never
-    move a frame into KCP: a deadlock, not backpressure."""
-    frame_cost = -(-smux.Config().max_frame_size // (kcp.MTU - kcp.HEADER_LEN)) * kcp.MTU
-    assert cb.MIN_SHARE >= read_bound() + relay.CHUNK + frame_cost
+    move its write into KCP: a deadlock, not backpressure. The write stays counted
+    in the queue until smux has taken all of it, a relay read's worth of frames."""
+    frame = smux.Config().max_frame_size
+    frame_cost = -(-frame // (kcp.MTU - kcp.HEADER_LEN)) * kcp.MTU
+    frames = -(-relay.CHUNK // frame)
+    assert cb.MIN_SHARE >= read_bound() + relay.CHUNK + frames * frame_cost
 
 
 @dataclass(eq=False)
