@@ -714,6 +714,7 @@ class RowResult:
     log_bytes: int
     tracebacks: int
     addresses: int
+    note: str = ""  # what the attack got: how many of its connections were refused
 
 
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
@@ -768,9 +769,13 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.proc.wait(10)
         echo.close()
+    note = (f"{junk.opened} of {attack_count} sessions opened"
+            if isinstance(junk, NeverRead) else "")
+    if junk.refused:
+        note = f"{note}, {junk.refused} refused" if note else f"{junk.refused} refused"
     return RowResult(name, f"{attack} x{attack_count}", during, after,
                      round(server.peak_rss_kib / 1024, 1), server.peak_fds,
-                     server.log_bytes(), server.tracebacks(), server.addresses_logged())
+                     server.log_bytes(), server.tracebacks(), server.addresses_logged(), note)
 
 
 def count_list(text: str) -> list[int]:
@@ -854,6 +859,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.server:<20} {r.attack:<18} {r.during:<18} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10} "
               f"{r.addresses:>9}")
+    for r in rows:
+        if r.note:
+            print(f"  {r.server} {r.attack}: {r.note}")
     bad = [r for r in rows if not r.during.startswith("ok") or r.after != "ok" or r.tracebacks
            or r.addresses or r.log_bytes > LOG_GOAL_BYTES or r.peak_rss_mib > RSS_GOAL_MIB]
     return 1 if bad else 0

@@ -45,6 +45,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from transports.common.budget import describe_error
+
 from . import kcp, smux
 from .clientbuffer import ClientBuffer, Meter
 
@@ -249,8 +251,8 @@ class ClientSession:
         try:
             await self.cmap.on_stream(stream, self)
         except (smux.SmuxError, ConnectionError) as exc:  # the session or stream ended
-            self.cmap.failures.report("stream-ended", f"a stream ended on an error: "
-                                                      f"{type(exc).__name__}: {exc}")
+            self.cmap.failures.report("stream-ended", "a stream ended on an error: "
+                                                      f"{describe_error(exc)}")
             with contextlib.suppress(Exception):
                 await stream.close()
         except Exception:  # a bug of ours; one bad stream must not end the bridge
