@@ -30,9 +30,9 @@ Attacks so far:
   default, a row for each), at most 100 at a time, each sending Turbo
   Tunnel's token, a ClientID of its own and one KCP segment carrying an smux
   SYN for stream 3, then holding its connection and reading nothing (issue
-  48's form). The bridge's upstream for these rows sends without end to every
-  connection, and the legitimate exchange is a byte-exact download of
-  ``DOWNLOAD`` bytes of that stream;
+  48's form), from 16 addresses in turn. The bridge's upstream for these
+  rows sends without end to every connection, and the legitimate exchange is
+  a byte-exact download of ``DOWNLOAD`` bytes of that stream;
 * ``resets``: connections that send their opening (random bytes, or the start
   of an HTTP head) and are then reset (SO_LINGER 0: an RST, not a FIN), in
   waves of 100 that keep coming while the legitimate exchange runs, until at
@@ -61,7 +61,8 @@ at ``--quick``'s budget: waves of 100 into a cap of 64); room is left when the
 client gets in. The upstream echoes, or, for a connection whose first byte is ``F``,
 sends without end. The attackers connect from their own address (127.77.0.1),
 and the ``addresses`` column counts the server's log lines that name it; a row
-fails on any, on a traceback, on more than 2 MiB of log, or on a peak RSS over
+fails on any (or on any other 127.77.0.x: the never-read rows use 16), on a
+traceback, on more than 2 MiB of log, or on a peak RSS over
 300 MiB. The first line of the table gives the load average at the end: the
 figures are only comparable on a machine that was not busy.
 
@@ -108,6 +109,12 @@ NEVER_READ_HOLD_S = 10.0
 # The attackers' source address (all of 127/8 is local): a log line that names it
 # carries a client address, which no server may log by default.
 ATTACKER = "127.77.0.1"
+# The never-read rows' attackers come from 16 addresses in turn (127.77.0.1-16): a
+# flood from one address mostly churns its own waiting connections (the HTTP
+# guard's per-address share), and the row is about what the bridge holds when
+# they all get in.
+ATTACKER_NET = "127.77.0."
+NEVER_READ_SOURCES = [f"{ATTACKER_NET}{i}" for i in range(1, 17)]
 # The legitimate client during an attack tries again after a failure, as tor does.
 LEGIT_TRIES = 3
 RETRY_PAUSE_S = 1.0
@@ -178,7 +185,7 @@ class Server(Endpoint):
     def addresses_logged(self) -> int:
         """Log lines that name the attackers' address."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return sum(ATTACKER in line for line in text.splitlines())
+        return sum(ATTACKER_NET in line for line in text.splitlines())
 
 
 def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
@@ -392,12 +399,12 @@ class Junk:
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     refused: int = 0
 
-    async def connect(self, host: str, port: int
+    async def connect(self, host: str, port: int, source: str = ATTACKER
                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """A connection from the attackers' address; None (counted) if refused."""
+        """A connection from an attackers' address; None (counted) if refused."""
         try:
             return await asyncio.wait_for(asyncio.open_connection(
-                host, port, local_addr=(ATTACKER, 0)), 10)
+                host, port, local_addr=(source, 0)), 10)
         except (OSError, TimeoutError):
             self.refused += 1
             return None
@@ -531,9 +538,9 @@ class NeverRead(Junk):
     hold_s: float = NEVER_READ_HOLD_S
     opened: int = 0
 
-    async def _one(self, host: str, port: int, gate: asyncio.Semaphore) -> None:
+    async def _one(self, host: str, port: int, gate: asyncio.Semaphore, source: str) -> None:
         async with gate:
-            if (conn := await self.connect(host, port)) is None:
+            if (conn := await self.connect(host, port, source)) is None:
                 return
             reader, writer = conn
             self.writers.append(writer)
@@ -554,7 +561,9 @@ class NeverRead(Junk):
 
     async def start(self, host: str, port: int) -> None:
         gate = asyncio.Semaphore(100)
-        await asyncio.gather(*(self._one(host, port, gate) for _ in range(self.count)))
+        await asyncio.gather(*(self._one(host, port, gate,
+                                         NEVER_READ_SOURCES[i % len(NEVER_READ_SOURCES)])
+                               for i in range(self.count)))
         await asyncio.sleep(self.hold_s)
 
 
