@@ -32,7 +32,9 @@ Attacks so far:
   SYN for stream 3, then holding its connection and reading nothing (issue
   48's form), from 16 addresses in turn. The bridge's upstream for these
   rows sends without end to every connection, and the legitimate exchange is
-  a byte-exact download of ``DOWNLOAD`` bytes of that stream;
+  a byte-exact download of ``DOWNLOAD`` bytes of that stream. The ``-lab``
+  row runs the bridge's own module (``python -m transports.snowflake.server
+  --dest``), as the issue did, the other managed mode;
 * ``resets``: connections that send their opening (random bytes, or the start
   of an HTTP head) and are then reset (SO_LINGER 0: an RST, not a FIN), in
   waves of 100 that keep coming while the legitimate exchange runs, until at
@@ -225,9 +227,10 @@ def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
 
 def start_lab_server(transport: str, workdir: Path, upstream: tuple[str, int],
                      nofile: int) -> Server:
-    """The lab's own server for ``transport`` (``python -m transports.lab_mode
-    server``), on loopback under ``nofile``; the client's arguments come from the
-    state directory it wrote, as the lab reads them."""
+    """The lab's own server for ``transport`` on loopback under ``nofile``: ``python
+    -m transports.lab_mode server``, or for Snowflake the bridge's own module
+    (``python -m transports.snowflake.server``, issue 48's form); the client's
+    arguments come from the state directory it wrote, as the lab reads them."""
     state = workdir / f"{transport}-state"
     state.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{transport}-lab.log"
@@ -235,19 +238,23 @@ def start_lab_server(transport: str, workdir: Path, upstream: tuple[str, int],
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
+    to = f"{upstream[0]}:{upstream[1]}"
+    argv = (["transports.snowflake.server", "--listen", "127.0.0.1:0", "--dest", to]
+            if transport == "snowflake" else
+            ["transports.lab_mode", "server", "--transport", transport,
+             "--listen", "127.0.0.1:0", "--upstream", to, "--state", str(state)])
     out = open(log, "wb")  # noqa: SIM115 - the process owns it until it exits
-    proc = subprocess.Popen([sys.executable, "-m", "transports.lab_mode", "server",
-                             "--transport", transport, "--listen", "127.0.0.1:0",
-                             "--upstream", f"{upstream[0]}:{upstream[1]}",
-                             "--state", str(state)],
+    proc = subprocess.Popen([sys.executable, "-m", *argv],
                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             preexec_fn=limit)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for line in log.read_text(errors="replace").splitlines():
             if '"ready"' in line:
-                host, _, port = json.loads(line)["listen"][0].rpartition(":")
-                args = transports.get(transport).server_factory(state, {}).smethod_args()
+                listen = json.loads(line)["listen"]
+                host, _, port = (listen if isinstance(listen, str) else listen[0]).rpartition(":")
+                args = {} if transport == "snowflake" else \
+                    transports.get(transport).server_factory(state, {}).smethod_args()
                 return Server(transport, host, int(port), dict(args), proc=proc, log=log)
         if proc.poll() is not None:
             break
@@ -709,7 +716,8 @@ ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker
            "meek-resets": "resets", "snowflake-resets": "resets", "broker-resets": "resets",
            "meek-malformed": "malformed", "broker-malformed": "malformed",
            "snowflake-malformed": "malformed", "obfs4-lab": "junk",
-           "scramblesuit-lab": "junk", "snowflake-unread": "never-read"}
+           "scramblesuit-lab": "junk", "snowflake-unread": "never-read",
+           "snowflake-unread-lab": "never-read"}
 
 
 @dataclass

@@ -92,7 +92,8 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
                                      ["snowflake-malformed", "malformed", "x300"],
                                      ["obfs4-lab", "junk", "x300"],
                                      ["scramblesuit-lab", "junk", "x300"],
-                                     ["snowflake-unread", "never-read", "x100"]]
+                                     ["snowflake-unread", "never-read", "x100"],
+                                     ["snowflake-unread-lab", "never-read", "x100"]]
     for r in rows:
         # During the flood, the client gets in within its three tries; after it, at once.
         assert r[3] in ("ok", "ok(try2)", "ok(try3)") and r[4] == "ok", r
