@@ -10,9 +10,11 @@ the bytes it logged and the tracebacks among them.
 
 Attacks so far:
 
-* ``junk``: ``--junk`` connections (1,100 by default) that each send a few
-  random bytes and stay open: the probe-resistant servers (obfs4,
-  ScrambleSuit) must stay silent on them, so they pile up;
+* ``junk``: ``--junk`` connections (1,100 and 10,000 by default, a row for
+  each) that each send a few random bytes and stay open: the probe-resistant
+  servers (obfs4, ScrambleSuit) must stay silent on them, so they pile up.
+  The ``-lab`` rows run the lab's own server (``python -m transports.lab_mode
+  server``, issue 48's form) instead of managed mode;
 * ``slowloris``: ``--slowloris`` connections (1,500 by default) that send the
   start of an HTTP request head and never finish it (the meek server and the
   broker);
@@ -24,6 +26,15 @@ Attacks so far:
 * ``unread-streams``: ``--streams`` Turbo Tunnel streams (1,000) to the
   Snowflake bridge, each asking the upstream for an endless download and never
   reading a byte of it (16 to a ClientID, the bridge's cap);
+* ``never-read``: ``--never-read`` WebSocket clients (1,000 and 3,000 by
+  default, a row for each), at most 100 at a time, each sending Turbo
+  Tunnel's token, a ClientID of its own and one KCP segment carrying an smux
+  SYN for stream 3, then holding its connection and reading nothing (issue
+  48's form), from 16 addresses in turn. The bridge's upstream for these
+  rows sends without end to every connection, and the legitimate exchange is
+  a byte-exact download of ``DOWNLOAD`` bytes of that stream. The ``-lab``
+  row runs the bridge's own module (``python -m transports.snowflake.server
+  --dest``), as the issue did, the other managed mode;
 * ``resets``: connections that send their opening (random bytes, or the start
   of an HTTP head) and are then reset (SO_LINGER 0: an RST, not a FIN), in
   waves of 100 that keep coming while the legitimate exchange runs, until at
@@ -52,7 +63,10 @@ at ``--quick``'s budget: waves of 100 into a cap of 64); room is left when the
 client gets in. The upstream echoes, or, for a connection whose first byte is ``F``,
 sends without end. The attackers connect from their own address (127.77.0.1),
 and the ``addresses`` column counts the server's log lines that name it; a row
-fails on any, on a traceback, or on more than 2 MiB of log.
+fails on any (or on any other 127.77.0.x: the never-read rows use 16), on a
+traceback, on more than 2 MiB of log, or on a peak RSS over
+300 MiB. The first line of the table gives the load average at the end: the
+figures are only comparable on a machine that was not busy.
 
 ``--quick`` runs smaller attacks (CI's form). Run:
 ``.venv/bin/python benchmarks/hostile.py [--quick] [--servers obfs4,scramblesuit,meek,broker]``.
@@ -82,25 +96,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ptlab.processes.ptparent import parse_method  # noqa: E402
 from transports import base as transports  # noqa: E402
 from transports.snowflake.carriers import WebSocketCarrier  # noqa: E402
-from transports.snowflake.turbotunnel import TOKEN  # noqa: E402
+from transports.snowflake.turbotunnel import TOKEN, encapsulation  # noqa: E402
 from transports.snowflake.turbotunnel.redial import TurboTunnelSession  # noqa: E402
 
 EXCHANGE = os.urandom(64 * 1024)
 FLOOD = os.urandom(64 * 1024)
+# What the endless upstream of the never-read rows sends, over and over: the same in
+# every process, so the legitimate client (a process of its own) can check its bytes.
+PATTERN = random.Random(48).randbytes(64 * 1024)
+DOWNLOAD = 16 * len(PATTERN)  # the legitimate client's download in those rows: 1 MiB
+# How long the never-read attackers hold before the legitimate client comes: the
+# bridge's buffers fill in this time (issue 48 measured the peak after about 10 s).
+NEVER_READ_HOLD_S = 10.0
 # The attackers' source address (all of 127/8 is local): a log line that names it
 # carries a client address, which no server may log by default.
 ATTACKER = "127.77.0.1"
+# The never-read rows' attackers come from 16 addresses in turn (127.77.0.1-16): a
+# flood from one address mostly churns its own waiting connections (the HTTP
+# guard's per-address share), and the row is about what the bridge holds when
+# they all get in.
+ATTACKER_NET = "127.77.0."
+NEVER_READ_SOURCES = [f"{ATTACKER_NET}{i}" for i in range(1, 17)]
 # The legitimate client during an attack tries again after a failure, as tor does.
 LEGIT_TRIES = 3
 RETRY_PAUSE_S = 1.0
 
 
-async def start_upstream() -> tuple[asyncio.Server, int]:
-    """Echo, or (first byte ``F``) an endless download: the "fast upstream"."""
+async def start_upstream(endless: bool = False) -> tuple[asyncio.Server, int]:
+    """Echo, or (first byte ``F``) an endless download: the "fast upstream". With
+    ``endless``, every connection gets :data:`PATTERN` without end from its start,
+    whatever it sends: issue 48's upstream, "a server that sends as fast as it can"."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Cancelled too: asyncio.run cancels the downloads still running at its end.
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError,
                                  asyncio.CancelledError):
+            if endless:
+                while True:
+                    writer.write(PATTERN)
+                    await writer.drain()
             first = await reader.readexactly(1)
             if first == b"F":
                 while True:
@@ -124,6 +157,7 @@ class Endpoint:
     port: int
     args: dict[str, str]
     robots: bytes = b""  # the broker's robots.txt before the attack
+    download: bool = False  # the upstream sends PATTERN without end (never-read rows)
 
 
 @dataclass(kw_only=True)
@@ -153,7 +187,7 @@ class Server(Endpoint):
     def addresses_logged(self) -> int:
         """Log lines that name the attackers' address."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return sum(ATTACKER in line for line in text.splitlines())
+        return sum(ATTACKER_NET in line for line in text.splitlines())
 
 
 def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
@@ -189,6 +223,44 @@ def start_pt_server(transport: str, workdir: Path, orport: tuple[str, int],
                           log=log)
     proc.kill()
     raise RuntimeError(f"{transport}: no SMETHOD; log: {log.read_text()[-2000:]}")
+
+
+def start_lab_server(transport: str, workdir: Path, upstream: tuple[str, int],
+                     nofile: int) -> Server:
+    """The lab's own server for ``transport`` on loopback under ``nofile``: ``python
+    -m transports.lab_mode server``, or for Snowflake the bridge's own module
+    (``python -m transports.snowflake.server``, issue 48's form); the client's
+    arguments come from the state directory it wrote, as the lab reads them."""
+    state = workdir / f"{transport}-state"
+    state.mkdir(parents=True, exist_ok=True)
+    log = workdir / f"{transport}-lab.log"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    to = f"{upstream[0]}:{upstream[1]}"
+    argv = (["transports.snowflake.server", "--listen", "127.0.0.1:0", "--dest", to]
+            if transport == "snowflake" else
+            ["transports.lab_mode", "server", "--transport", transport,
+             "--listen", "127.0.0.1:0", "--upstream", to, "--state", str(state)])
+    out = open(log, "wb")  # noqa: SIM115 - the process owns it until it exits
+    proc = subprocess.Popen([sys.executable, "-m", *argv],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            preexec_fn=limit)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"ready"' in line:
+                listen = json.loads(line)["listen"]
+                host, _, port = (listen if isinstance(listen, str) else listen[0]).rpartition(":")
+                args = {} if transport == "snowflake" else \
+                    transports.get(transport).server_factory(state, {}).smethod_args()
+                return Server(transport, host, int(port), dict(args), proc=proc, log=log)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{transport} lab server did not start: {log.read_text()[-2000:]}")
 
 
 def start_broker(workdir: Path, nofile: int) -> Server:
@@ -244,20 +316,23 @@ def bridge_url(server: Endpoint) -> str:
 
 
 async def snowflake_exchange(server: Endpoint, timeout_s: float) -> str:
-    """A Turbo Tunnel session over a WebSocket, as a proxy carries a client's."""
+    """A Turbo Tunnel session over a WebSocket, as a proxy carries a client's: an
+    echo of EXCHANGE, or, behind the endless upstream, the first DOWNLOAD bytes."""
     async def dial():
         return await WebSocketCarrier.connect(bridge_url(server))
     session = TurboTunnelSession(dial).start()
+    expected = (PATTERN * (DOWNLOAD // len(PATTERN))) if server.download else EXCHANGE
     try:
         reader, writer = await asyncio.wait_for(session.open_stream(), timeout_s)
-        writer.write(EXCHANGE)
-        got = await asyncio.wait_for(reader.readexactly(len(EXCHANGE)), timeout_s)
+        if not server.download:
+            writer.write(EXCHANGE)
+        got = await asyncio.wait_for(reader.readexactly(len(expected)), timeout_s)
         writer.close()
     except Exception as exc:  # any failure is the row's result, named
         return f"FAIL ({type(exc).__name__})"
     finally:
         await session.close()
-    return "ok" if got == EXCHANGE else "FAIL (bytes differ)"
+    return "ok" if got == expected else "FAIL (bytes differ)"
 
 
 async def legit_exchange(server: Endpoint, timeout_s: float) -> str:
@@ -288,7 +363,7 @@ async def legit_exchange_apart(server: Server, timeout_s: float) -> str:
     """:func:`legit_exchange` from a process of its own (``--legit-client``)."""
     spec = json.dumps({"name": server.name, "host": server.host, "port": server.port,
                        "args": server.args, "robots": server.robots.hex(),
-                       "timeout": timeout_s})
+                       "download": server.download, "timeout": timeout_s})
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).resolve()), "--legit-client", spec,
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -318,7 +393,7 @@ def run_legit_client(spec: str) -> int:
     """The ``--legit-client`` process: the exchange, its result on stdout."""
     d = json.loads(spec)
     endpoint = Endpoint(d["name"], d["host"], int(d["port"]), dict(d["args"]),
-                        bytes.fromhex(d["robots"]))
+                        bytes.fromhex(d["robots"]), bool(d["download"]))
     print(asyncio.run(legit_exchange_with_tries(endpoint, float(d["timeout"]))), flush=True)
     return 0
 
@@ -331,12 +406,12 @@ class Junk:
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     refused: int = 0
 
-    async def connect(self, host: str, port: int
+    async def connect(self, host: str, port: int, source: str = ATTACKER
                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """A connection from the attackers' address; None (counted) if refused."""
+        """A connection from an attackers' address; None (counted) if refused."""
         try:
             return await asyncio.wait_for(asyncio.open_connection(
-                host, port, local_addr=(ATTACKER, 0)), 10)
+                host, port, local_addr=(source, 0)), 10)
         except (OSError, TimeoutError):
             self.refused += 1
             return None
@@ -452,6 +527,51 @@ class UnreadStreams(Junk):
         await asyncio.gather(*(s.close() for s in self.sessions), return_exceptions=True)
         self.sessions.clear()
         await asyncio.sleep(1.0)
+
+
+def kcp_syn_segment(conv: int) -> bytes:
+    """One KCP push segment (sn 0) carrying an smux v2 SYN for stream 3: what a
+    Turbo Tunnel client sends first (docs/transports/turbotunnel.md §3.1, §4.4)."""
+    syn = struct.pack("<BBHI", 2, 0, 0, 3)  # ver 2, cmd SYN, length 0, sid 3
+    return struct.pack("<IBBHIIII", conv, 81, 0, 65535, 0, 0, 0, len(syn)) + syn
+
+
+@dataclass
+class NeverRead(Junk):
+    """WebSocket clients, at most 100 connecting at a time, that each send the Turbo
+    Tunnel token, a ClientID of their own and a KCP segment opening stream 3, then
+    hold their connection and read nothing more (issue 48)."""
+
+    hold_s: float = NEVER_READ_HOLD_S
+    opened: int = 0
+
+    async def _one(self, host: str, port: int, gate: asyncio.Semaphore, source: str) -> None:
+        async with gate:
+            if (conn := await self.connect(host, port, source)) is None:
+                return
+            reader, writer = conn
+            self.writers.append(writer)
+            try:
+                writer.write(websocket_upgrade(host, port))
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError):
+                self.refused += 1
+                return
+            if not head.startswith(b"HTTP/1.1 101"):
+                self.refused += 1
+                return
+            conv = int.from_bytes(os.urandom(4), "little")
+            writer.write(ws_frame(TOKEN + os.urandom(8) + encapsulation.encode(
+                kcp_syn_segment(conv))))
+            self.opened += 1
+
+    async def start(self, host: str, port: int) -> None:
+        gate = asyncio.Semaphore(100)
+        await asyncio.gather(*(self._one(host, port, gate,
+                                         NEVER_READ_SOURCES[i % len(NEVER_READ_SOURCES)])
+                               for i in range(self.count)))
+        await asyncio.sleep(self.hold_s)
 
 
 def reset(writer: asyncio.StreamWriter) -> None:
@@ -595,7 +715,9 @@ ATTACKS = {"obfs4": "junk", "scramblesuit": "junk", "meek": "slowloris", "broker
            "snowflake-streams": "unread-streams", "obfs4-resets": "resets",
            "meek-resets": "resets", "snowflake-resets": "resets", "broker-resets": "resets",
            "meek-malformed": "malformed", "broker-malformed": "malformed",
-           "snowflake-malformed": "malformed"}
+           "snowflake-malformed": "malformed", "obfs4-lab": "junk",
+           "scramblesuit-lab": "junk", "snowflake-unread": "never-read",
+           "snowflake-unread-lab": "never-read"}
 
 
 @dataclass
@@ -609,19 +731,26 @@ class RowResult:
     log_bytes: int
     tracebacks: int
     addresses: int
+    note: str = ""  # what the attack got: how many of its connections were refused
 
 
 async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
-                  workdir: Path, rate: float = 0.0) -> RowResult:
-    echo, echo_port = await start_upstream()
+                  workdir: Path, rate: float = 0.0, hold_s: float = NEVER_READ_HOLD_S
+                  ) -> RowResult:
+    attack = ATTACKS[name]
+    echo, echo_port = await start_upstream(endless=attack == "never-read")
+    workdir = workdir / f"x{attack_count}"
     if name.split("-")[0] == "broker":
         server = start_broker(workdir, nofile)
         server.robots = await broker_robots(server, timeout_s)
+    elif name.endswith("-lab"):
+        server = start_lab_server(name.split("-")[0], workdir, ("127.0.0.1", echo_port),
+                                  nofile)
     else:
         server = start_pt_server(name.split("-")[0], workdir, ("127.0.0.1", echo_port), nofile)
         if server.name == "meek":
             server.args = {"url": f"http://{server.host}:{server.port}/"}
-    attack = ATTACKS[name]
+    server.download = attack == "never-read"
     try:
         await asyncio.sleep(0.3)
         baseline = await legit_exchange(server, timeout_s)
@@ -631,6 +760,8 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         junk: Junk
         if attack == "unread-streams":
             junk = UnreadStreams(attack_count)
+        elif attack == "never-read":
+            junk = NeverRead(attack_count, hold_s=hold_s)
         elif attack == "sessions":
             junk = MeekSessions(attack_count)
         elif attack == "session-rate":
@@ -655,9 +786,31 @@ async def run_row(name: str, attack_count: int, nofile: int, timeout_s: float,
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.proc.wait(10)
         echo.close()
+    note = (f"{junk.opened} of {attack_count} sessions opened"
+            if isinstance(junk, NeverRead) else "")
+    if junk.refused:
+        note = f"{note}, {junk.refused} refused" if note else f"{junk.refused} refused"
     return RowResult(name, f"{attack} x{attack_count}", during, after,
                      round(server.peak_rss_kib / 1024, 1), server.peak_fds,
-                     server.log_bytes(), server.tracebacks(), server.addresses_logged())
+                     server.log_bytes(), server.tracebacks(), server.addresses_logged(), note)
+
+
+def count_list(text: str) -> list[int]:
+    """``1100,10000``: one row per count, each at least 1."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of counts") \
+            from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every count must be at least 1")
+    return counts
+
+
+#: A server's peak RSS the project holds every row to (issue 29, issue 48).
+RSS_GOAL_MIB = 300
+#: A server's log under any row, at most (issue 29).
+LOG_GOAL_BYTES = 2 << 20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -666,11 +819,14 @@ def main(argv: list[str] | None = None) -> int:
         return run_legit_client(argv[1])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--servers", default=",".join(ATTACKS))
-    p.add_argument("--junk", type=int, default=1100, help="silent junk connections")
+    p.add_argument("--junk", type=count_list, default=[1100, 10000],
+                   help="silent junk connections (a row for each count)")
     p.add_argument("--slowloris", type=int, default=1500, help="unfinished HTTP heads")
     p.add_argument("--sessions", type=int, default=3000, help="idle meek sessions")
     p.add_argument("--rate", type=float, default=100.0, help="new meek sessions a second")
     p.add_argument("--streams", type=int, default=1000, help="unread bridge streams")
+    p.add_argument("--never-read", type=count_list, default=[1000, 3000],
+                   help="bridge sessions that never read (a row for each count)")
     p.add_argument("--rate-s", type=float, default=30.0, help="seconds of new sessions")
     p.add_argument("--resets", type=int, default=3000, help="connections reset (RST)")
     p.add_argument("--malformed", type=int, default=2000, help="malformed requests")
@@ -678,25 +834,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per legit exchange")
     p.add_argument("--quick", action="store_true", help="a smaller attack, for CI")
     args = p.parse_args(argv)
-    if min(args.junk, args.slowloris, args.sessions, args.resets, args.malformed) < 1 or \
+    if min(args.slowloris, args.sessions, args.resets, args.malformed) < 1 or \
             args.nofile < 64 or args.rate <= 0 or args.rate_s < 2:
-        p.error("--junk, --slowloris, --sessions, --resets and --malformed must be at least "
+        p.error("--slowloris, --sessions, --resets and --malformed must be at least "
                 "1, --nofile at least 64, --rate above 0 and --rate-s at least 2")
     unknown = set(args.servers.split(",")) - set(ATTACKS) - {""}
     if unknown:
         p.error(f"unknown servers {sorted(unknown)} (known: {', '.join(ATTACKS)})")
-    junk, slow, nofile = ((300, 400, 256) if args.quick
+    junk, slow, nofile = (([300], 400, 256) if args.quick
                           else (args.junk, args.slowloris, args.nofile))
     sessions, rate, rate_s = ((400, 100.0, 4.0) if args.quick
                               else (args.sessions, args.rate, args.rate_s))
-    counts = {"junk": junk, "slowloris": slow, "sessions": sessions,
-              "session-rate": int(rate * rate_s),
-              "unread-streams": 100 if args.quick else args.streams,
-              "resets": 500 if args.quick else args.resets,
-              "malformed": 300 if args.quick else args.malformed}
+    counts: dict[str, list[int]] = {
+        "junk": junk, "slowloris": [slow], "sessions": [sessions],
+        "session-rate": [int(rate * rate_s)],
+        "unread-streams": [100 if args.quick else args.streams],
+        "never-read": [100] if args.quick else args.never_read,
+        "resets": [500 if args.quick else args.resets],
+        "malformed": [300 if args.quick else args.malformed]}
+    hold_s = 3.0 if args.quick else NEVER_READ_HOLD_S
     # This process holds every attacking connection: give it room.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(soft, max(junk, slow) * 2 + 256)
+    want = max(soft, max(*junk, *counts["never-read"], slow) * 2 + 256)
     if hard != resource.RLIM_INFINITY and want > hard:
         hard = want  # root may raise its own hard limit
     with contextlib.suppress(ValueError, OSError):
@@ -706,17 +865,22 @@ def main(argv: list[str] | None = None) -> int:
     with (contextlib.nullcontext(keep) if keep else
           tempfile.TemporaryDirectory(prefix="ptl-hostile-")) as tmp:
         for name in [s for s in args.servers.split(",") if s]:
-            rows.append(asyncio.run(run_row(name, counts[ATTACKS[name]], nofile, args.timeout,
-                                            Path(tmp) / name, rate)))
-    print(f"servers under a descriptor limit of {nofile}")
+            for count in counts[ATTACKS[name]]:
+                rows.append(asyncio.run(run_row(name, count, nofile, args.timeout,
+                                                Path(tmp) / name, rate, hold_s)))
+    print(f"servers under a descriptor limit of {nofile}; {os.getloadavg()[0]:.2f} load "
+          f"(1 min) on {os.cpu_count()} CPUs at the end")
     print(f"{'server':<20} {'attack':<18} {'during':<18} {'after':<18} {'RSS MiB':>8} "
           f"{'fds':>6} {'log B':>9} {'tracebacks':>10} {'addresses':>9}")
     for r in rows:
         print(f"{r.server:<20} {r.attack:<18} {r.during:<18} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10} "
               f"{r.addresses:>9}")
+    for r in rows:
+        if r.note:
+            print(f"  {r.server} {r.attack}: {r.note}")
     bad = [r for r in rows if not r.during.startswith("ok") or r.after != "ok" or r.tracebacks
-           or r.addresses or r.log_bytes > 2 << 20]
+           or r.addresses or r.log_bytes > LOG_GOAL_BYTES or r.peak_rss_mib > RSS_GOAL_MIB]
     return 1 if bad else 0
 
 

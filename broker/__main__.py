@@ -15,7 +15,7 @@ import sys
 from fractions import Fraction
 
 from ptcommon.events import EventLog, run_until_stopped
-from transports.common.budget import QuietErrors, raise_nofile_limit
+from transports.common.budget import CLIENT_BUFFER, QuietErrors, raise_nofile_limit
 from transports.common.httpguard import (
     HttpGuard,
     add_limit_arguments,
@@ -57,8 +57,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--geoip", help="lab GeoIP map: 'PREFIX CC' per line")
     p.add_argument("--trusted-edge", action="append", default=[],
                    help="address of a front (the lab's TLS edge) whose X-Forwarded-For counts")
+    p.add_argument("--client-buffer", type=int, default=CLIENT_BUFFER,
+                   help="bytes all requests may hold (default %(default)s): caps the "
+                        "connections at it over twice the read limit, unless "
+                        "--http-max-connections is given")
     add_limit_arguments(p)
     return p.parse_args(argv)
+
+
+def connection_cap(client_buffer: int, read_limit: int) -> int:
+    """The connections ``client_buffer`` allows: each holds a request body of at most
+    ``read_limit`` bytes and, for a client, the answer it waits for, no larger
+    (docs/transports/budgets.md §2.1); at least 32, as httpguard's own cap."""
+    return max(32, client_buffer // (2 * read_limit))
 
 
 COMPONENT = "broker"
@@ -79,13 +90,22 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     budget = raise_nofile_limit()
     events = EventLog(COMPONENT)
 
-    def resource_error(line: str) -> None:
-        events.emit("resource_error", error=line)
+    def failure(line: str) -> None:
+        events.emit("failures", message=line)
 
-    QuietErrors(resource_error).install(asyncio.get_running_loop())
+    quiet = QuietErrors(failure)
+    quiet.install(asyncio.get_running_loop())
+    flusher = asyncio.create_task(quiet.flush_forever())
     # The edge (a CDN or domain front) carries everyone's polls: no per-address share.
     guard = HttpGuard(limits_from_options(limit_options(args), COMPONENT,
                                           max_body=cfg.read_limit, trusted=cfg.trusted_edges))
+    if args.http_max_connections is None:  # an operator's own cap wins
+        guard.limits.max_connections = min(guard.limits.max_connections,
+                                           connection_cap(args.client_buffer, cfg.read_limit))
+    # aiohttp's own expected errors (a malformed request, a client gone): counted
+    # in the same log, one line a second each.
+    guard.failures = quiet
+    broker.failures = quiet
     try:
         runner, server = await serve_guarded(broker.app(), host.strip("[]") or None, int(port),
                                              tls, guard)
@@ -104,6 +124,8 @@ async def serve(args: argparse.Namespace, cfg: BrokerConfig, tls: ssl.SSLContext
     events.emit("stats", **broker.stats.__dict__, **guard.stats.__dict__)
     server.close()
     await runner.cleanup()
+    flusher.cancel()
+    quiet.flush(final=True)
     return 0
 
 
@@ -131,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--geoip: {exc}")
     if args.metrics_period <= 0 or args.metrics_epsilon <= 0:
         return _fail("--metrics-period and --metrics-epsilon must be positive")
+    if args.client_buffer < 1:
+        return _fail("--client-buffer must be a positive number of bytes")
     try:
         limits_from_options(limit_options(args), COMPONENT)
     except ValueError as exc:

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from fractions import Fraction
 
 from aiohttp import web
 
+from transports.common.budget import QuietErrors
 from transports.snowflake import amp
 from transports.snowflake import messages as m
 from transports.snowflake.relaypattern import RelayPattern
@@ -31,6 +33,8 @@ from .dpmetrics import Histogram, Ledger, Rng, guarantee
 from .labgeo import LabGeoIP
 from .pools import ClientOffer, Pools, Snowflake
 from .ratelimit import RateLimiter, source_address
+
+log = logging.getLogger(__name__)
 
 READ_LIMIT = 100_000  # Tor's readLimit
 CORS = {"Access-Control-Allow-Origin": "*",
@@ -99,6 +103,10 @@ class Broker:
         # Observers: called with (kind, source address, detail).
         self.observers: list[Callable[[str, str, dict], None]] = [self._count]
         self.published: dict | None = None
+        # Bad requests and rate limiting are expected from strangers: counted, one
+        # line a second each, with nothing of the request in it (it is the sender's
+        # text, and may name an address). Python's logging at info level by default.
+        self.failures = QuietErrors(log.info, clock=clock)
         self.new_period()
 
     # -- plumbing -----------------------------------------------------------------------
@@ -124,6 +132,8 @@ class Broker:
             key = self.source(request)
             if not self.limiter.allow(key):
                 self.stats.rate_limited += 1
+                self.failures.report("rate-limited", "a request over its source's rate was "
+                                                     "answered 429")
                 return self._json({"error": "rate limited"}, 429, {
                     "Retry-After": str(max(1, round(self.limiter.retry_after(key))))})
         try:
@@ -131,6 +141,8 @@ class Broker:
         except web.HTTPException as exc:
             if exc.status == 413:
                 self.stats.bad_requests += 1
+                self.failures.report("too-large", "a request over the read limit was "
+                                                  "answered 413")
                 return self._json({"error": f"body over {self.config.read_limit} bytes"}, 413)
             exc.headers.update(CORS)
             raise
@@ -149,6 +161,7 @@ class Broker:
 
     def _bad(self, why: str) -> web.Response:
         self.stats.bad_requests += 1
+        self.failures.report("bad-request", "a request the broker cannot use was answered 400")
         return self._json({"error": why}, 400)
 
     def _observe(self, kind: str, request: web.Request, **detail: object) -> None:

@@ -6,6 +6,13 @@ transport. ``... server --transport NAME --listen HOST:PORT --upstream
 HOST:PORT`` accepts transport connections and relays them to a fixed
 upstream, as a bridge relays to its ORPort. Events go to stdout as JSON lines;
 SIGTERM exits cleanly. Tor's managed mode is a separate entry point.
+
+The server faces strangers as a bridge does (docs/transports/budgets.md §3): it
+takes the descriptors its hard limit allows, and an expected failure (a
+handshake that fails, a connection reset, the upstream refusing) is counted and
+written as one ``failures`` event a second per kind, never one per connection
+and never a traceback. No event names a client's address unless the operator
+asks (``--unsafe-logging``): the lab's captures already hold them.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from ptcommon.events import EventLog, run_until_stopped
 
 from . import base
+from .common.budget import QuietErrors, describe_error, raise_nofile_limit
 from .common.hostport import split_hostport
 from .common.relay import relay
 from .pt import socks5
@@ -72,39 +80,72 @@ async def run_server(args: argparse.Namespace, stop: asyncio.Event) -> None:
     transport = base.get(args.transport)
     comp = f"{args.transport}-server"
     state = Path(args.state) if args.state else None
+    budget = raise_nofile_limit()  # before the factory derives its caps from it
     factory = transport.server_factory(state, dict(a.split("=", 1) for a in args.arg))
     if not isinstance(factory, base.StreamServerFactory):
         raise base.TransportError(f"{args.transport}: its server listens itself; run its own "
                           "server module, not the generic lab server")
     up_host, up_port = split_hostport(args.upstream)
+    unsafe = bool(getattr(args, "unsafe_logging", False))
+    # asyncio's reports (a failed accept() when descriptors run out) and the failures
+    # a bridge expects from strangers: one line a second each, with a count.
+    failures = QuietErrors(lambda line: _emit(comp, "failures", message=line))
+    failures.install(asyncio.get_running_loop())
+    flusher = asyncio.create_task(failures.flush_forever())
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    def peer_of(writer: asyncio.StreamWriter) -> dict[str, str]:
+        return {"peer": str(writer.get_extra_info("peername"))} if unsafe else {}
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             inner = await factory.wrap(reader, writer)
-        except (OSError, base.TransportError, asyncio.IncompleteReadError) as exc:
-            _emit(comp, "handshake_failed", peer=str(peer), error=str(exc))
+        except Exception as exc:  # probes and garbage are normal for a bridge (as managed.py)
             writer.close()
+            who = f" from {writer.get_extra_info('peername')}" if unsafe else ""
+            failures.report("handshake", f"handshake failed{who}: {describe_error(exc)}")
             return
         try:
             upstream = await asyncio.open_connection(up_host, up_port)
         except OSError as exc:
-            _emit(comp, "upstream_failed", error=str(exc))
             inner[1].close()
+            failures.report("upstream", f"cannot reach the upstream: {describe_error(exc)}")
             return
-        _emit(comp, "accepted", peer=str(peer))
+        _emit(comp, "accepted", **peer_of(writer))
         up, down = await relay(inner, upstream)
-        _emit(comp, "closed", peer=str(peer), up=up, down=down)
+        _emit(comp, "closed", **peer_of(writer), up=up, down=down)
+
+    # The handlers, held here: the loop keeps tasks only weakly, and one whose
+    # connection a transport took over would otherwise be collected mid-relay.
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            await serve(reader, writer)
+        except asyncio.CancelledError:
+            # Shutdown: Python 3.11 prints a traceback for each cancelled handler
+            # task otherwise.
+            writer.close()
+        finally:
+            handlers.discard(task)
 
     servers = []
     for spec in args.listen:
         host, port = split_hostport(spec)
         servers.append(await asyncio.start_server(handle, host, port))
     _emit(comp, "ready", listen=[f"{s.sockets[0].getsockname()[0]}:{s.sockets[0].getsockname()[1]}"
-                                 for s in servers])
+                                 for s in servers], descriptor_budget=budget)
     await stop.wait()
     for s in servers:
         s.close()
+    for task in list(handlers):
+        task.cancel()
+    if handlers:
+        await asyncio.wait(list(handlers), timeout=2.0)
+    flusher.cancel()
+    failures.flush(final=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--upstream", required=True, help="HOST:PORT to relay to")
     s.add_argument("--state", help="state directory")
     s.add_argument("--arg", action="append", default=[], help="server option KEY=VALUE")
+    s.add_argument("--unsafe-logging", action="store_true",
+                   help="name clients' addresses in the events (off: the lab's captures "
+                        "hold them already)")
     args = p.parse_args(argv)
     run = run_client if args.role == "client" else run_server
     return run_until_stopped(f"{args.transport}-{args.role}", lambda stop: run(args, stop),

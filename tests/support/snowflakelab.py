@@ -98,7 +98,8 @@ class Rig:
         self.data = DataServer(lab.ns("bridge"), bridge, DATA_PORT)
         self.bridge = self._start("bridge", [
             sys.executable, "-m", "transports.snowflake.server",
-            "--listen", f"{bridge}:{BRIDGE_PORT}", "--dest", f"{bridge}:{DATA_PORT}"],
+            "--listen", f"{bridge}:{BRIDGE_PORT}", "--dest", f"{bridge}:{DATA_PORT}",
+            "--unsafe-logging"],  # the interop tests check the proxy's and client's address
             READY_PATTERN)
         self.relay_url = f"ws://{bridge}:{BRIDGE_PORT}/"
         bridges = out / "bridges.jsonl"

@@ -15,7 +15,10 @@ has. :class:`HttpGuard` sits between the listening socket and aiohttp:
   own longest-waiting connection is closed, so a flood from one address churns
   its own connections and nobody else's. A trusted edge (a CDN or reverse proxy
   whose connections carry everyone's requests) has no share;
-* connections in all are capped, below the budget;
+* connections in all are capped, below the budget; when the cap is reached
+  and none is waiting, an application may name one of its long-running
+  connections to close (:attr:`HttpGuard.shed`: the Snowflake bridge closes
+  the WebSocket that has been silent longest), else the newcomer is refused;
 * a body must have arrived within ``body_timeout_s`` of its head (or the
   connection is closed), and one whose declared length is over ``max_body``
   is answered 413 before a byte of it is read;
@@ -156,6 +159,7 @@ class GuardStats:
     evicted: int = 0
     evicted_same_source: int = 0
     refused: int = 0
+    shed: int = 0
     too_large: int = 0
     body_timeouts: int = 0
 
@@ -174,6 +178,12 @@ class HttpGuard:
         # address -> its waiting handlers, longest-waiting first (so an accept
         # costs the same however many connections wait)
         self.waiting_from: dict[str, dict[Any, None]] = {}
+        # At the connection cap with none waiting: closes one of the application's
+        # long-running connections to make room, and says whether it did.
+        self.shed: Callable[[], bool] | None = None
+        # Where aiohttp's expected errors are counted (PrivateServerLog): the
+        # server's own failure lines; Python's logging at info level if None.
+        self.failures: QuietErrors | None = None
 
     # --- connections ------------------------------------------------------------
 
@@ -183,17 +193,19 @@ class HttpGuard:
 
     def _admit(self, handler: Any, transport: asyncio.BaseTransport) -> None:
         if len(self.open) >= self.limits.max_connections and not self.waiting:
-            self.stats.refused += 1
-            transport.close()
-            return
+            if self.shed is None or not self.shed():
+                self.stats.refused += 1
+                transport.close()
+                return
+            self.stats.shed += 1  # it leaves self.open once its close has run
         peer = transport.get_extra_info("peername")
         src = str(peer[0]) if peer else ""
         mine = self.waiting_from.get(src, {}) if src not in self.limits.trusted else {}
         if len(mine) >= self.limits.per_source:
             self._evict(next(iter(mine)))  # its own longest-waiting connection
             self.stats.evicted_same_source += 1
-        elif len(self.open) >= self.limits.max_connections or \
-                len(self.waiting) >= self.limits.max_waiting:
+        elif self.waiting and (len(self.open) >= self.limits.max_connections or
+                               len(self.waiting) >= self.limits.max_waiting):
             self._evict(next(iter(self.waiting)))
         self.open.add(handler)
         self.source[handler] = src
@@ -341,11 +353,18 @@ class PrivateServerLog(logging.Filter):
         return True
 
 
-def keep_server_log_private(logger: logging.Logger | None = None) -> None:
-    """Install :class:`PrivateServerLog` on aiohttp's server logger, once."""
+def keep_server_log_private(logger: logging.Logger | None = None,
+                            quiet: QuietErrors | None = None) -> None:
+    """Install :class:`PrivateServerLog` on aiohttp's server logger, once; with
+    ``quiet``, its lines go there (one process serves one such server, or the last
+    one listening gets them)."""
     logger = logger or logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, PrivateServerLog) for f in logger.filters):
-        logger.addFilter(PrivateServerLog())
+    for f in logger.filters:
+        if isinstance(f, PrivateServerLog):
+            if quiet is not None:
+                f.quiet = quiet
+            return
+    logger.addFilter(PrivateServerLog(quiet))
 
 
 async def serve(app: web.Application, host: str | None, port: int,
@@ -354,7 +373,7 @@ async def serve(app: web.Application, host: str | None, port: int,
     """Run ``app`` behind ``guard``: the runner and the listening server, both to be
     closed (the server first)."""
     guard = guard or HttpGuard()
-    keep_server_log_private()
+    keep_server_log_private(quiet=guard.failures)
     app.middlewares.insert(0, guard.middleware)  # before anything else the app does
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            keepalive_timeout=guard.limits.keepalive_s)

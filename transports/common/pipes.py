@@ -19,9 +19,16 @@ from transports.base import Streams
 _running: set[asyncio.Task[Any]] = set()
 
 
-async def stream_pair(limit_a: int = 1 << 16, limit_b: int = 1 << 16) -> tuple[Streams, Streams]:
-    """Two connected stream pairs: what one side writes, the other reads."""
+async def stream_pair(limit_a: int = 1 << 16, limit_b: int = 1 << 16,
+                      kernel_buffer: int | None = None) -> tuple[Streams, Streams]:
+    """Two connected stream pairs: what one side writes, the other reads. With
+    ``kernel_buffer``, each socket's send and receive buffers are that small, so
+    what one read takes is too (docs/transports/budgets.md §2.1)."""
     a, b = socket.socketpair()
+    if kernel_buffer is not None:
+        for sock in (a, b):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, kernel_buffer)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, kernel_buffer)
     return (await asyncio.open_connection(sock=a, limit=limit_a),
             await asyncio.open_connection(sock=b, limit=limit_b))
 

@@ -24,6 +24,14 @@ ended. Between polls a session's
 upstream is not read, so an idle session buffers nothing in the process, as
 meek-server's reads happen only while it answers a request.
 
+What a session can hold is bounded (issue 48, docs/transports/budgets.md
+§2.1): its upstream is read through a small receive buffer
+(:mod:`transports.common.upstream`; in PT mode, the socket pair to tor's
+relay and tor's side too), so :data:`SESSION_BOUND` is the most one session
+holds, and the sessions are capped at ``client_buffer`` over that as well as
+by descriptors. Expected failures (an upstream that refuses or ends) are
+counted, one line a second, never with a client address.
+
 Ids shorter than 8 characters get 400 (meek-server's minimum); so do ids
 longer than 128 or with characters outside printable ASCII (ours: they are
 never produced by meek or meek_lite and would only cost memory). Bodies over
@@ -52,7 +60,14 @@ from aiohttp import web
 from ptcommon.events import EventLog, run_until_stopped
 from transports.base import Handoff, Streams
 from transports.common import weblisten
-from transports.common.budget import RESERVE, descriptor_budget
+from transports.common.budget import (
+    CLIENT_BUFFER,
+    RESERVE,
+    QuietErrors,
+    describe_error,
+    descriptor_budget,
+    raise_nofile_limit,
+)
 from transports.common.hostport import split_hostport
 from transports.common.httpguard import (
     LIMIT_OPTIONS,
@@ -64,7 +79,9 @@ from transports.common.httpguard import (
 )
 from transports.common.pipes import spawn, stream_pair
 from transports.common.servertls import server_tls
+from transports.common.upstream import READ_BUFFER, open_bounded, read_bound
 from transports.common.weblisten import Listening
+from transports.pt import messages
 from transports.pt.messages import format_addr
 
 log = logging.getLogger(__name__)
@@ -78,13 +95,20 @@ TRANSPORT_NAME = "meek"
 
 Dial = Callable[[str], Awaitable[Streams]]  # client address "IP:1" -> upstream streams
 
+#: The most one session holds for its client: its upstream's read side; in PT mode
+#: also what tor's relay has written towards it (asyncio's 64 KiB write buffer and
+#: one read of tor's side, itself bounded); and a poll's body and answer.
+SESSION_BOUND = read_bound(READ_BUFFER) + (64 * 1024 + read_bound(READ_BUFFER)) + \
+    2 * MAX_PAYLOAD
 
-def default_max_sessions() -> int:
-    """A sixth of the budget after the reserve. In PT mode a session holds three
-    descriptors (a socket pair and tor's connection), and the HTTP connections
-    that poll may take the other half (httpguard's cap): 160 sessions at a budget
-    of 1,024, where 3,000 would need 9,000 descriptors."""
-    return max(16, (descriptor_budget() - RESERVE) // 6)
+
+def default_max_sessions(client_buffer: int = CLIENT_BUFFER) -> int:
+    """A sixth of the budget after the reserve, and no more than ``client_buffer``
+    over :data:`SESSION_BOUND`. In PT mode a session holds three descriptors (a
+    socket pair and tor's connection), and the HTTP connections that poll may
+    take the other half (httpguard's cap): 160 sessions at a budget of 1,024,
+    where 3,000 would need 9,000 descriptors; 341 at the default client buffer."""
+    return max(16, min((descriptor_budget() - RESERVE) // 6, client_buffer // SESSION_BOUND))
 
 
 @dataclass
@@ -161,10 +185,14 @@ class MeekServer:
     """The aiohttp application (:attr:`app`); ``dial`` opens each session's upstream."""
 
     def __init__(self, config: MeekConfig, dial: Dial,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 failures: QuietErrors | None = None) -> None:
         self.config = config
         self.dial = dial
         self.clock = clock
+        # Expected failures, one line a second each (docs/transports/budgets.md §3).
+        self.failures = failures or QuietErrors(log.info, clock=clock)
+        self._flusher: asyncio.Task[None] | None = None
         # Least recently used first: the end a full table evicts from.
         self.sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.stats = MeekStats()
@@ -179,6 +207,7 @@ class MeekServer:
 
     async def _start_sweeper(self, _app: web.Application) -> None:
         self._sweeper = asyncio.create_task(self._sweep_loop())
+        self._flusher = asyncio.create_task(self.failures.flush_forever())
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -192,6 +221,9 @@ class MeekServer:
                 await self._sweeper
         for sid in list(self.sessions):
             self._end(sid)
+        if self._flusher is not None:
+            self._flusher.cancel()
+        self.failures.flush(final=True)
 
     def expire(self) -> int:
         """Close sessions unused for the staleness; return how many."""
@@ -226,16 +258,19 @@ class MeekServer:
             return web.Response(status=404, text="404 page not found\n",
                                 content_type="text/plain")
         if request.method != "POST":
+            self.failures.report("bad-method", "a request that is no POST was answered 400")
             return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
         try:
             sid = check_session_id(request.headers.get("X-Session-Id"))
-        except BadSessionId:
+        except BadSessionId as exc:
             self.stats.rejected += 1
+            self.failures.report("bad-session-id", f"a POST was answered 400: {exc}")
             return web.Response(status=400, text="Bad request.\n", content_type="text/plain")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             self.stats.rejected += 1
+            self.failures.report("too-large", "a POST over 64 KiB was answered 413")
             return web.Response(status=413, text="Request Entity Too Large\n",
                                 content_type="text/plain")
         self.stats.requests += 1
@@ -243,7 +278,8 @@ class MeekServer:
             session = await self._session(sid, request)
         except OSError as exc:
             self.stats.upstream_failures += 1
-            log.info("cannot open the upstream for a session: %s", exc)
+            self.failures.report("upstream-open", "cannot open the upstream for a session: "
+                                                  f"{describe_error(exc)}")
             return web.Response(status=500, text="Internal server error.\n",
                                 content_type="text/plain")
         if sid in self.sessions:
@@ -254,7 +290,8 @@ class MeekServer:
                 data = await self._turnaround(session, body)
             except (OSError, EOFError) as exc:
                 self.stats.upstream_failures += 1
-                log.info("session upstream ended: %s", exc or type(exc).__name__)
+                self.failures.report("upstream-ended", "a session's upstream ended: "
+                                                       f"{describe_error(exc)}")
                 if self.sessions.get(sid) is session:
                     self._end(sid)
                 return web.Response(status=500, text="Internal server error.\n",
@@ -332,17 +369,20 @@ class MeekServer:
 # -- PT server mode and the lab's standalone mode ---------------------------------------------
 
 def dial_tcp(host: str, port: int) -> Dial:
-    """A dial function for a fixed destination (the lab's bridges relay to the web node)."""
+    """A dial function for a fixed destination (the lab's bridges relay to the web
+    node), read through a small buffer (SESSION_BOUND)."""
     async def dial(_client_addr: str) -> Streams:
-        return await asyncio.open_connection(host, port)
+        return await open_bounded(host, port, READ_BUFFER)
     return dial
 
 
 def dial_through_handoff(handoff: Handoff) -> Dial:
     """A dial function that hands one end of a socket pair to ``handoff`` (managed
-    mode's relay to tor's Extended ORPort) and keeps the other for the session."""
+    mode's relay to tor's Extended ORPort) and keeps the other for the session;
+    the pair's buffers are small, as a bounded upstream's (SESSION_BOUND)."""
     async def dial(client_addr: str) -> Streams:
-        session_end, inner = await stream_pair()
+        session_end, inner = await stream_pair(READ_BUFFER // 2, READ_BUFFER // 2,
+                                               kernel_buffer=READ_BUFFER)
         spawn(handoff(inner, client_addr))
         return session_end
     return dial
@@ -354,11 +394,13 @@ async def listen(server: MeekServer, host: str, port: int,
     # connections that wait for a request head.
     guard = HttpGuard(limits_from_options(server.config.http_options, "meek server",
                                           trusted=server.config.trusted_edges))
+    guard.failures = server.failures
     return await weblisten.listen(server.app, host, port, ssl_context, guard)
 
 
 #: The server's caps an operator may set: option word -> MeekConfig field.
-CAP_OPTIONS = {"max-sessions": "max_sessions", "max-sessions-per-source": "max_sessions_per_source"}
+CAP_OPTIONS = {"max-sessions": "max_sessions", "max-sessions-per-source": "max_sessions_per_source",
+               "client-buffer": "client_buffer"}
 
 
 def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLContext | None]:
@@ -387,7 +429,12 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
         except ValueError:
             raise ValueError(f"meek server: trusted-edge {item!r} is not an address") from None
     cfg = MeekConfig(turnaround_s=turnaround, staleness_s=staleness, trusted_edges=tuple(edges))
-    for attr, value in caps_from_options(options, CAP_OPTIONS, "meek server").items():
+    caps = caps_from_options(options, CAP_OPTIONS, "meek server")
+    client_buffer = caps.pop("client_buffer", CLIENT_BUFFER)
+    if client_buffer < SESSION_BOUND:
+        raise ValueError(f"meek server: client-buffer must be at least {SESSION_BOUND} bytes")
+    cfg.max_sessions = default_max_sessions(client_buffer)
+    for attr, value in caps.items():
         setattr(cfg, attr, value)
     cfg.http_options = {k: v for k, v in options.items() if k in LIMIT_OPTIONS}
     limits_from_options(cfg.http_options, "meek server")  # refuse a bad value now
@@ -395,7 +442,12 @@ def config_from_options(options: dict[str, str]) -> tuple[MeekConfig, ssl.SSLCon
 
 
 class MeekServerFactory:
-    """PT server mode: the meek server listens itself and hands each session to tor."""
+    """PT server mode: the meek server listens itself and hands each session to tor.
+    Its failures are tor's ``LOG`` lines, at info level, one a second each."""
+
+    #: managed mode reads tor's side of each session through a buffer this small
+    #: (transports/common/upstream.py), as SESSION_BOUND counts.
+    upstream_read_buffer = READ_BUFFER
 
     def __init__(self, config: MeekConfig, ssl_context: ssl.SSLContext | None = None) -> None:
         self.config, self.ssl_context = config, ssl_context
@@ -404,8 +456,9 @@ class MeekServerFactory:
         return {}
 
     async def listen(self, host: str, port: int, handoff: Handoff) -> Listening:
-        return await listen(MeekServer(self.config, dial_through_handoff(handoff)), host, port,
-                            self.ssl_context)
+        failures = QuietErrors(lambda line: messages.log("info", f"meek: {line}"))
+        return await listen(MeekServer(self.config, dial_through_handoff(handoff),
+                                       failures=failures), host, port, self.ssl_context)
 
 
 
@@ -413,16 +466,21 @@ async def _serve_forever(listen_addr: tuple[str, int], dest: tuple[str, int],
                          cfg: MeekConfig, tls: ssl.SSLContext | None,
                          stop: asyncio.Event) -> int:
     events = EventLog("meek-server")
-    server = MeekServer(cfg, dial_tcp(*dest))
+    # asyncio's own reports (a failed accept() when descriptors run out) and the
+    # server's expected failures: one line a second each, never a traceback.
+    failures = QuietErrors(lambda line: events.emit("failures", message=line))
+    failures.install(asyncio.get_running_loop())
+    server = MeekServer(cfg, dial_tcp(*dest), failures=failures)
     try:
         listening = await listen(server, *listen_addr, tls)
     except OSError as exc:
         print(f"meek server: cannot listen on {listen_addr}: {exc}", file=sys.stderr)
         return 1
-    events.ready(listen=f"{listening.host}:{listening.port}", tls=tls is not None)
+    events.ready(listen=f"{listening.host}:{listening.port}", tls=tls is not None,
+                 max_sessions=cfg.max_sessions)
     await stop.wait()
-    events.emit("stats", **vars(server.stats))
     await listening.aclose()
+    events.emit("stats", **vars(server.stats))
     return 0
 
 
@@ -443,16 +501,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="address of a front whose Meek-IP / X-Forwarded-For count")
     p.add_argument("--max-sessions", help="sessions in all (default: from the budget)")
     p.add_argument("--max-sessions-per-source", help="sessions one address may hold")
+    p.add_argument("--client-buffer", help="bytes all sessions may hold for clients "
+                   f"(default {CLIENT_BUFFER}); caps the sessions at it over {SESSION_BOUND}")
     add_limit_arguments(p)
     args = p.parse_args(argv)
     options = {"turnaround-ms": args.turnaround_ms, "staleness": args.staleness,
                "trusted-edge": ",".join(args.trusted_edge), **limit_options(args)}
-    for key in ("max-sessions", "max-sessions-per-source"):
+    for key in CAP_OPTIONS:
         if getattr(args, key.replace("-", "_")) is not None:
             options[key] = getattr(args, key.replace("-", "_"))
     if args.cert or args.key:
         options.update(cert=args.cert or "", key=args.key or "")
     try:
+        raise_nofile_limit()  # before the caps are derived from the budget
         cfg, tls = config_from_options(options)
         listen_addr, dest = split_hostport(args.listen), split_hostport(args.dest)
     except (ValueError, OSError, ssl.SSLError) as exc:

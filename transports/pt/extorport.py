@@ -22,6 +22,7 @@ import struct
 from pathlib import Path
 
 from transports.base import Streams
+from transports.common.upstream import open_bounded
 
 COOKIE_HEADER = b"! Extended ORPort Auth Cookie !\x0a"
 COOKIE_LEN = 32
@@ -122,13 +123,14 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         if cmd == REPLY_OKAY:
             return
         if cmd == REPLY_DENY:
-            raise ExtORPortDenied(f"Extended ORPort denied {client_addr} ({transport})")
+            # Not the address: it would reach the log (docs/transports/budgets.md §3).
+            raise ExtORPortDenied(f"Extended ORPort denied the client ({transport})")
         # Anything else (an old CONTROL reply) is not for us; keep waiting.
 
 
 async def open_extorport(host: str, port: int, cookie_path: str | os.PathLike[str],
                          transport: str, client_addr: str, *,
-                         timeout: float = 10.0) -> Streams:
+                         timeout: float = 10.0, read_buffer: int | None = None) -> Streams:
     """Connect to tor's Extended ORPort and hand back streams ready for OR traffic.
 
     `client_addr` is the real client's ``ip:port`` (IPv6 in brackets) for
@@ -136,9 +138,14 @@ async def open_extorport(host: str, port: int, cookie_path: str | os.PathLike[st
     :class:`ExtORPortAuthError` if SafeCookie fails, :class:`ExtORPortDenied`
     on DENY, :class:`ExtORPortError` for a bad cookie file, a timeout or a
     connection that ends early, and ``OSError`` if the port cannot be reached.
+    With ``read_buffer``, the connection's read side is bounded
+    (:func:`transports.common.upstream.open_bounded`).
     """
     cookie = read_cookie(cookie_path)
-    reader, writer = await asyncio.open_connection(host, port)
+    if read_buffer is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await open_bounded(host, port, read_buffer)
     try:
         await asyncio.wait_for(_handshake(reader, writer, cookie, transport, client_addr),
                                timeout)

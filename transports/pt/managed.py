@@ -39,8 +39,15 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 from .. import base
-from ..common.budget import QuietErrors, is_resource_error, raise_nofile_limit, unauthenticated_cap
+from ..common.budget import (
+    QuietErrors,
+    describe_error,
+    is_resource_error,
+    raise_nofile_limit,
+    unauthenticated_cap,
+)
 from ..common.relay import relay
+from ..common.upstream import open_bounded
 from . import environment, extorport, messages, socks5
 from .environment import ClientConfig, PTEnvError, ServerConfig
 
@@ -63,14 +70,6 @@ _quiet = QuietErrors(lambda line: _log("warning", line))
 # Probes and garbage are normal for a bridge: at most one line a second about them,
 # which counts the rest, so a flood of strangers cannot fill the log.
 _quiet_info = QuietErrors(lambda line: _log("info", line))
-
-
-def _describe(exc: BaseException) -> str:
-    """An error without the addresses that ``str(OSError)`` carries (bridges are secret)."""
-    if isinstance(exc, OSError) and exc.errno:
-        # Not exc.strerror: asyncio puts the peer address there ("Connect call failed (...)").
-        return f"{type(exc).__name__}: {os.strerror(exc.errno)}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Lifetime:
@@ -207,8 +206,9 @@ async def _relay(name: str, a: base.Streams, b: base.Streams) -> None:
         for _, writer in (a, b):
             error = writer.get_extra_info("session_error")
             if error is not None:
-                _log("warning", f"{name}: session ended on a framing error: "
-                                f"{_describe(error)}")
+                # One line a second at most: a censor can break many sessions at once.
+                _quiet.report(f"{name}-framing", f"{name}: session ended on a framing error: "
+                                                 f"{describe_error(error)}")
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -236,7 +236,7 @@ def _socks_handler(name: str, transport: base.Transport, state: Path) -> Handler
                 with contextlib.suppress(Exception):
                     writer.write(socks5.reply(code))
             await _close(writer)
-            _log("info", f"{name}: SOCKS negotiation failed: {_describe(exc)}")
+            _log("info", f"{name}: SOCKS negotiation failed: {describe_error(exc)}")
             return
         try:
             inner = await transport.client_factory(state, req.args).dial(req.host, req.port)
@@ -244,7 +244,8 @@ def _socks_handler(name: str, transport: base.Transport, state: Path) -> Handler
             with contextlib.suppress(Exception):
                 writer.write(socks5.reply(_dial_failure_code(exc)))
             await _close(writer)
-            _log("warning", f"{name}: connecting through the transport failed: {_describe(exc)}")
+            _log("warning", f"{name}: connecting through the transport failed: "
+                            f"{describe_error(exc)}")
             return
         try:
             writer.write(socks5.reply(socks5.REP_OK))
@@ -280,24 +281,28 @@ async def start_client(cfg: ClientConfig, life: Lifetime) -> list[asyncio.Server
 
 
 async def _hand_to_tor(name: str, cfg: ServerConfig, inner: base.Streams,
-                      client_addr: str) -> None:
-    """Connect to tor's Extended ORPort (or ORPort) and relay ``inner`` there."""
+                      client_addr: str, read_buffer: int | None = None) -> None:
+    """Connect to tor's Extended ORPort (or ORPort) and relay ``inner`` there; with
+    ``read_buffer``, tor's side is read through a bounded buffer
+    (:mod:`transports.common.upstream`)."""
     try:
         if cfg.ext_orport is not None:
             assert cfg.auth_cookie_file is not None
             upstream = await extorport.open_extorport(
-                *cfg.ext_orport, cfg.auth_cookie_file, name, client_addr)
+                *cfg.ext_orport, cfg.auth_cookie_file, name, client_addr,
+                read_buffer=read_buffer)
         else:
             assert cfg.orport is not None
-            upstream = await asyncio.open_connection(*cfg.orport)
+            upstream = await (asyncio.open_connection(*cfg.orport) if read_buffer is None
+                              else open_bounded(*cfg.orport, read_buffer))
     except (OSError, extorport.ExtORPortError) as exc:
         which = "Extended ORPort" if cfg.ext_orport else "ORPort"
         if is_resource_error(exc):
             _quiet.report(f"{name}-handoff", f"{name}: cannot hand the connection to the "
-                                             f"{which}: {_describe(exc)}")
+                                             f"{which}: {describe_error(exc)}")
         else:
             _log("error", f"{name}: cannot hand the connection to the {which}: "
-                          f"{_describe(exc)}")
+                          f"{describe_error(exc)}")
         await _close(inner[1])
         return
     await _relay(name, inner, upstream)
@@ -312,7 +317,8 @@ def _orport_handler(name: str, factory: base.StreamServerFactory,
             inner = await factory.wrap(reader, writer)
         except Exception as exc:  # probes and garbage are normal for a bridge
             await _close(writer)
-            _quiet_info.report(f"{name}-handshake", f"{name}: handshake failed: {_describe(exc)}")
+            _quiet_info.report(f"{name}-handshake",
+                               f"{name}: handshake failed: {describe_error(exc)}")
             return
         await _hand_to_tor(name, cfg, inner, client_addr)
         await _close(writer)
@@ -333,9 +339,12 @@ async def _start_one_server(name: str, transport: base.Transport, cfg: ServerCon
         if isinstance(factory, base.ListeningServerFactory):
             # A transport with its own listener (meek's HTTP server, Snowflake's
             # WebSocket bridge) hands over each inner stream with the client
-            # address it learned.
+            # address it learned; one that budgets what it holds for clients
+            # asks for tor's side to be read through a bounded buffer.
+            read_buffer = getattr(factory, "upstream_read_buffer", None)
+
             async def handoff(inner: base.Streams, client_addr: str) -> None:
-                await _hand_to_tor(name, cfg, inner, client_addr)
+                await _hand_to_tor(name, cfg, inner, client_addr, read_buffer)
             listening = await factory.listen(host, port, handoff)
             server: Closable = listening
             bound_host, bound_port = listening.host, listening.port
@@ -372,6 +381,18 @@ async def run(cfg: ClientConfig | ServerConfig) -> int:
     life = Lifetime()
     life.install(cfg.exit_on_stdin_close)
     _quiet.install(asyncio.get_running_loop())
+    # What an interval left out is written a second later, not lost when a flood stops.
+    flushers = [asyncio.create_task(q.flush_forever()) for q in (_quiet, _quiet_info)]
+    try:
+        return await _serve(cfg, life)
+    finally:
+        for task in flushers:
+            task.cancel()
+        for q in (_quiet, _quiet_info):
+            q.flush(final=True)
+
+
+async def _serve(cfg: ClientConfig | ServerConfig, life: Lifetime) -> int:
     if isinstance(cfg, ServerConfig):
         # A bridge faces strangers: take every descriptor the hard limit allows, and
         # derive the caps from that (transports/common/budget.py).

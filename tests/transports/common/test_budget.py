@@ -13,6 +13,7 @@ from transports.common.budget import (
     MAX_UNAUTHENTICATED,
     RESERVE,
     QuietErrors,
+    describe_error,
     is_resource_error,
     unauthenticated_cap,
 )
@@ -99,3 +100,33 @@ def test_what_counts_as_a_resource_error():
     assert not is_resource_error(OSError(errno.ECONNRESET, "x"))
     assert not is_resource_error(ValueError())
     assert not is_resource_error(None)
+
+
+def test_what_an_interval_left_out_is_written_a_second_later_not_lost():
+    lines: list[str] = []
+    clock = Clock()
+    quiet = QuietErrors(lines.append, interval_s=1.0, clock=clock)
+    quiet.report("handshake", "handshake failed: EOF")
+    for i in range(41):
+        quiet.report("handshake", f"handshake failed: try {i}")
+    assert lines == ["handshake failed: EOF"] and quiet.counts["handshake"] == 42
+    clock.t += 0.5
+    quiet.flush()  # inside the interval: nothing yet
+    assert len(lines) == 1
+    clock.t += 0.5
+    quiet.flush()  # the newest message, with the others counted
+    assert lines[-1] == "handshake failed: try 40 (40 more like it suppressed)"
+    clock.t += 5
+    quiet.flush()  # nothing left: no line
+    assert len(lines) == 2
+    quiet.report("handshake", "alone")
+    quiet.report("handshake", "left out")
+    quiet.flush(final=True)  # the process ends: written now, whatever the interval
+    assert lines[-2:] == ["alone", "left out"]
+
+
+def test_an_error_is_described_without_the_address_asyncio_puts_in_it():
+    exc = OSError(errno.ECONNREFUSED, "Connect call failed ('198.18.0.7', 9001)")
+    assert describe_error(exc) == "ConnectionRefusedError: Connection refused"
+    assert describe_error(ValueError("bad frame")) == "ValueError: bad frame"
+    assert describe_error(TimeoutError()) == "TimeoutError"

@@ -143,6 +143,38 @@ async def test_over_the_connection_cap_with_none_waiting_a_new_one_is_refused():
         await stop(runner, server)
 
 
+async def test_at_the_cap_an_application_may_shed_one_of_its_own_for_a_newcomer():
+    """The Snowflake bridge names the WebSocket silent longest; here the hook sheds
+    nothing the first time (the newcomer is refused, as without a hook) and then
+    one of the long requests (the newcomer is admitted and served)."""
+    guard, runner, server, port = await start(HttpLimits(max_connections=2), slow_s=1.0)
+    victims: list[object] = []
+
+    def shed() -> bool:
+        if not victims:
+            victims.append(None)
+            return False
+        victim = next(iter(guard.open))
+        victims.append(victim)
+        victim.transport.close()
+        return True
+    guard.shed = shed
+    try:
+        busy = [asyncio.create_task(get(port)) for _ in range(2)]
+        await asyncio.sleep(0.3)  # both being served: none waiting
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await closed_within(reader, 1.0)  # the hook shed nothing: refused
+        assert (guard.stats.refused, guard.stats.shed) == (1, 0)
+        writer.close()
+        assert await get(port) == "hello"  # the hook sheds a long request for it
+        # (aiohttp's client tries a GET again when its connection is cut, and each
+        # try sheds another: so at least one.)
+        assert guard.stats.refused == 1 and guard.stats.shed >= 1 and victims[1] is not None
+        await asyncio.gather(*busy, return_exceptions=True)
+    finally:
+        await stop(runner, server)
+
+
 async def test_a_flood_from_one_address_churns_its_own_connections_only():
     guard, runner, server, port = await start(HttpLimits(head_timeout_s=30, max_waiting=40))
     assert guard.limits.per_source == 10

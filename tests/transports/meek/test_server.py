@@ -282,6 +282,26 @@ def test_the_caps_are_options():
             config_from_options({"max-sessions": bad})
 
 
+def test_the_client_buffer_caps_the_sessions_at_its_bound_each(monkeypatch):
+    """What a session holds is bounded (SESSION_BOUND), so a memory budget is a cap
+    on sessions too, below the descriptors' when those are many (issue 48)."""
+    from transports.meek.server import SESSION_BOUND, config_from_options
+
+    monkeypatch.setattr(meekserver, "descriptor_budget", lambda: 65536)
+    bound = 100 * SESSION_BOUND
+    cfg, _ = config_from_options({"client-buffer": str(bound)})
+    assert cfg.max_sessions == 100
+    cfg, _ = config_from_options({"client-buffer": str(bound - 1)})  # across it: one fewer
+    assert cfg.max_sessions == 99
+    cfg, _ = config_from_options({"client-buffer": str(bound), "max-sessions": "500"})
+    assert cfg.max_sessions == 500  # the operator's own cap wins
+    monkeypatch.setattr(meekserver, "descriptor_budget", lambda: 1024)
+    cfg, _ = config_from_options({})
+    assert cfg.max_sessions == (1024 - 64) // 6  # 160: the descriptors bind at 1,024
+    with pytest.raises(ValueError, match="^meek server: client-buffer must be at least"):
+        config_from_options({"client-buffer": str(SESSION_BOUND - 1)})
+
+
 async def test_the_http_limits_are_options_that_reach_the_listener():
     from transports.meek.server import MeekServer, config_from_options, listen
 

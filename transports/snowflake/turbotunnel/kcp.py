@@ -15,7 +15,12 @@ wire-compatible with kcp-go without crypto or FEC. This module only drives it:
 * input comes in *batches* (every packet of one carrier message, then one
   drain and one flush), because a flush per packet costs 3-5x in throughput;
 * writes are cut to 64 KiB, since ikcp refuses one ``send`` that needs 128 or
-  more segments, and wait while more than ``HIGH_WATER`` segments are unsent;
+  more segments, and wait while more than ``HIGH_WATER`` segments are unsent,
+  or while ``may_send`` (the bridge's client buffer, :mod:`.clientbuffer`)
+  refuses the bytes they would add; a ``meter`` is told what the unacknowledged
+  segments hold (``MTU`` bytes each, at most);
+* the time of the last acknowledgement is kept while data is unacknowledged
+  (:meth:`KCPConn.stalled_for`): a client that reads nothing never acknowledges;
 * received bytes are pulled out of KCP only while less than ``READ_BUFFER`` is
   waiting to be read, so KCP's own receive window still pushes back on a peer
   whose reader has stalled;
@@ -34,6 +39,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from siokcp import KCPConnection, getconv
+
+from .clientbuffer import Meter
 
 MTU = 1400
 WINDOW = 65535
@@ -70,8 +77,14 @@ class KCPConn:
     """One KCP conversation as a byte stream: ``read()``/``write()``/``close()``."""
 
     def __init__(self, conv: int, send_packet: Callable[[bytes], object], *,
-                 clock: Clock = time.monotonic, interval_ms: int = INTERVAL_MS) -> None:
+                 clock: Clock = time.monotonic, interval_ms: int = INTERVAL_MS,
+                 meter: Meter | None = None,
+                 may_send: Callable[[int], bool] | None = None) -> None:
         self.conv = conv
+        self._meter = meter
+        self._may_send = may_send
+        self._want = 0  # the cost of the write waiting for room, if one is
+        self.last_progress = clock()  # the last ACK, or the start of unacked data
         self._send_packet = send_packet
         self._clock = clock
         self._kcp = KCPConnection(conv, self._output, lambda _msg: None)
@@ -107,18 +120,33 @@ class KCPConn:
         if self._closed:
             return 0
         accepted = 0
+        unacked, una = self._kcp.waitsnd(), self._kcp.snd_una
         for p in packets:
             self.packets_in += 1
             if len(p) >= HEADER_LEN and self._kcp.receive_data(p) == 0:
                 accepted += 1
+        if self._kcp.snd_una != una or self._kcp.waitsnd() < unacked:
+            self.last_progress = self._clock()
         self._drain()
         self._kcp.current = self._now()
         self._kcp.flush()
+        self._account()
         self._update_writable()
         return accepted
 
+    def _account(self) -> None:
+        if self._meter is not None and not self._closed:
+            self._meter.set(self._kcp.waitsnd() * MTU)
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since the peer last acknowledged anything, while data waits
+        for its acknowledgement; 0 when nothing does."""
+        if self._closed or self._kcp.waitsnd() == 0:
+            return 0.0
+        return max(0.0, now - self.last_progress)
+
     def _drain(self) -> None:
-        while self._buffered < READ_BUFFER:
+        while self._buffered < READ_BUFFER and not self._closed:
             data = self._kcp.next_event()
             if not data:
                 break
@@ -127,8 +155,15 @@ class KCPConn:
         if self._chunks:
             self._readable.set()
 
+    def _can_send(self, cost: int) -> bool:
+        if self._kcp.waitsnd() > HIGH_WATER:
+            return False
+        return self._may_send is None or self._may_send(cost)
+
     def _update_writable(self) -> None:
-        if self._kcp.waitsnd() <= HIGH_WATER:
+        # Asked only for a writer that waits: may_send may end another session to
+        # make room, which must not happen for nobody.
+        if self._closed or not self._want or self._can_send(self._want):
             self._writable.set()
         else:
             self._writable.clear()
@@ -164,6 +199,8 @@ class KCPConn:
         data = b"".join(self._chunks)
         self._chunks.clear()
         self._buffered = 0
+        if self._closed:
+            return data
         before = self._kcp.nrcv_que
         self._drain()
         if before and self._kcp.nrcv_que < before:
@@ -174,15 +211,26 @@ class KCPConn:
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
         for start in range(0, len(view), SEND_CHUNK):
-            while not self._writable.is_set():
-                if self._closed:
-                    break
-                await self._writable.wait()
+            chunk = view[start:start + SEND_CHUNK]
+            cost = -(-len(chunk) // self.mss) * MTU  # whole segments, as metered
+            try:
+                while not self._closed and not self._can_send(cost):
+                    self._want = cost
+                    self._writable.clear()
+                    await self._writable.wait()
+            finally:
+                self._want = 0
             if self._closed:
                 raise KCPClosed("KCP conversation closed")
-            self._kcp.send(view[start:start + SEND_CHUNK])
-            self._update_writable()
+            if self._kcp.waitsnd() == 0:
+                self.last_progress = self._clock()  # the wait for an ACK starts now
+            self._kcp.send(chunk)
+            self._account()
         self._schedule_flush()
+
+    @property
+    def mss(self) -> int:
+        return MTU - HEADER_LEN
 
     @property
     def closed(self) -> bool:
@@ -191,14 +239,25 @@ class KCPConn:
     @property
     def unsent(self) -> int:
         """Segments queued or in flight (``waitsnd``)."""
-        return self._kcp.waitsnd()
+        return 0 if self._closed else self._kcp.waitsnd()
 
-    async def close(self) -> None:
+    def shut(self) -> None:
+        """Close now: no more reads or writes, nothing held (:meth:`close` also
+        waits for the timer task to end)."""
         if self._closed:
             return
         self._closed = True
         self._readable.set()
         self._writable.set()
         self._timer.cancel()
+        if self._meter is not None:
+            self._meter.clear()
+        # ikcp frees its segments only when the conversation object goes, and it
+        # holds our output callback (a cycle): drop it now, not at some later
+        # garbage collection. Every use of it is behind ``_closed``.
+        del self._kcp
+
+    async def close(self) -> None:
+        self.shut()
         with contextlib.suppress(asyncio.CancelledError):
             await self._timer

@@ -5,7 +5,9 @@ ORPort handoff) speaks asyncio streams, so both ends of Snowflake hand their
 smux streams over in that shape. A small ``asyncio.Transport`` pumps bytes:
 reads go into a ``StreamReaderProtocol`` (honouring its pause/resume), and
 writes queue for a writer task that awaits smux's flow control, pausing the
-protocol (so ``drain()`` waits) above ``HIGH_WATER`` queued bytes.
+protocol (so ``drain()`` waits) above ``high_water`` queued bytes
+(``HIGH_WATER`` by default; the bridge passes 0, so one write is queued at a
+time and a meter, :mod:`.clientbuffer`, counts it until smux has taken it).
 ``write_eof`` and ``close`` send smux's FIN once the queue is written.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Callable
 
 from transports.base import Streams
 
+from .clientbuffer import Meter
 from .smux import SmuxError, Stream
 
 # Bytes a stream's transport queues before the writer waits: smux's window and
@@ -30,9 +33,13 @@ LOW_WATER = 16 * 1024
 class SmuxTransport(asyncio.Transport):
     def __init__(self, stream: Stream, protocol: asyncio.StreamReaderProtocol,
                  extra: dict | None = None,
-                 on_close: Callable[[], object] | None = None) -> None:
+                 on_close: Callable[[], object] | None = None, *,
+                 high_water: int = HIGH_WATER, meter: Meter | None = None) -> None:
         super().__init__(extra)
         self._on_close = on_close
+        self._high_water = high_water
+        self._low_water = min(LOW_WATER, high_water)
+        self._meter = meter
         self._stream = stream
         self._protocol = protocol
         self._queue: collections.deque[bytes] = collections.deque()
@@ -76,10 +83,13 @@ class SmuxTransport(asyncio.Transport):
                         return
                     self._wake.clear()
                     await self._wake.wait()
-                data = self._queue.popleft()
+                data = self._queue[0]
                 await self._stream.write(data)
+                self._queue.popleft()
                 self._queued -= len(data)
-                if self._paused and self._queued <= LOW_WATER:
+                if self._meter is not None:
+                    self._meter.add(-len(data))
+                if self._paused and self._queued <= self._low_water:
                     self._paused = False
                     self._protocol.resume_writing()
         except (SmuxError, ConnectionError) as e:
@@ -93,7 +103,13 @@ class SmuxTransport(asyncio.Transport):
         self._finished = True
         self._closing = True
         self._reader_task.cancel()
+        if self._meter is not None:
+            self._meter.clear()
         self._wake.set()
+        if isinstance(exc, SmuxError):
+            # What an asyncio stream's user expects of a connection that failed
+            # (relay ends quietly on it); the session's own error says why.
+            exc = ConnectionResetError(f"smux: {exc}")
         with contextlib.suppress(Exception):
             self._protocol.connection_lost(exc)
         if self._on_close is not None:
@@ -107,8 +123,10 @@ class SmuxTransport(asyncio.Transport):
             return
         self._queue.append(bytes(data))
         self._queued += len(data)
+        if self._meter is not None:
+            self._meter.add(len(data))
         self._wake.set()
-        if not self._paused and self._queued > HIGH_WATER:
+        if not self._paused and self._queued > self._high_water:
             self._paused = True
             self._protocol.pause_writing()
 
@@ -140,23 +158,35 @@ class SmuxTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._queue.clear()
+        self._queued = 0
+        if self._meter is not None:
+            self._meter.clear()
         self._writer_task.cancel()
         self._closing = True
-        asyncio.get_running_loop().create_task(self._stream.close())
+        asyncio.get_running_loop().create_task(self._close_stream())
         self._finish(None)
+
+    async def _close_stream(self) -> None:
+        # The FIN goes out if the session still can; a session already gone is the
+        # reason for many an abort, and nobody waits for this task's result.
+        with contextlib.suppress(SmuxError, ConnectionError):
+            await self._stream.close()
 
     def is_closing(self) -> bool:
         return self._closing or self._eof
 
 
 def as_streams(stream: Stream, extra: dict | None = None,
-               on_close: Callable[[], object] | None = None) -> Streams:
+               on_close: Callable[[], object] | None = None, *,
+               high_water: int = HIGH_WATER, meter: Meter | None = None) -> Streams:
     """Wrap an smux stream; ``extra`` answers ``get_extra_info`` (e.g. peername);
-    ``on_close`` runs once the wrapped stream is finished."""
+    ``on_close`` runs once the wrapped stream is finished; ``drain()`` waits above
+    ``high_water`` queued bytes, which ``meter`` counts."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2 ** 20)
     protocol = asyncio.StreamReaderProtocol(reader)
-    transport = SmuxTransport(stream, protocol, extra, on_close)
+    transport = SmuxTransport(stream, protocol, extra, on_close, high_water=high_water,
+                              meter=meter)
     protocol.connection_made(transport)
     writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     return reader, writer

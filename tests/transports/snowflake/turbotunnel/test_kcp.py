@@ -11,7 +11,9 @@ import struct
 
 import pytest
 
+from tests.support.clock import ManualClock
 from transports.snowflake.turbotunnel import kcp
+from transports.snowflake.turbotunnel.clientbuffer import Meter
 
 SEG = struct.Struct("<IBBHIIII")
 
@@ -167,3 +169,56 @@ async def test_retransmission_backoff_is_additive_like_kcp_go():
     steps = [b - a for a, b in zip(gaps, gaps[1:], strict=False)]
     assert len(gaps) >= 8 and all(90 <= s <= 110 for s in steps), gaps
     await conn.close()
+
+
+
+async def test_a_write_waits_while_may_send_refuses_and_the_meter_counts_segments():
+    """The bridge's client buffer (clientbuffer.py): a write waits for room, asked
+    with the whole segments it would add; what KCP holds unacknowledged is metered
+    at MTU bytes a segment, and released at close."""
+    costs: list[int] = []
+    allowed = False
+
+    def may_send(cost: int) -> bool:
+        costs.append(cost)
+        return allowed
+
+    meter = Meter()
+    conn = kcp.KCPConn(7, lambda _p: None, meter=meter, may_send=may_send)
+    try:
+        writer = asyncio.create_task(conn.write(b"x" * 3000))
+        await asyncio.sleep(0.05)  # five ticks
+        assert not writer.done() and meter.bytes == 0 and len(costs) > 1
+        assert set(costs) == {3 * kcp.MTU}  # 3000 bytes are three 1376-byte segments
+        allowed = True
+        await asyncio.wait_for(writer, 1)  # a tick asks again
+        assert meter.bytes == 3 * kcp.MTU == conn.unsent * kcp.MTU
+    finally:
+        await conn.close()
+    assert meter.bytes == 0
+
+
+async def test_stalled_for_counts_from_the_last_acknowledgement_while_data_waits():
+    clock = ManualClock(500.0)
+    held: list[bytes] = []
+    b = kcp.KCPConn(9, lambda p: a.input([p]), clock=clock)
+    a = kcp.KCPConn(9, held.append, clock=clock)
+    try:
+        assert a.stalled_for(clock.t) == 0.0  # nothing waits for an ACK
+        await a.write(b"hello")
+        a._flush()  # what the scheduled flush does
+        assert held
+        clock.t += 3.0
+        assert a.stalled_for(clock.t) == 3.0
+        b.input(held)  # delivered at last: b acknowledges at once
+        assert a.stalled_for(clock.t) == 0.0 and a.unsent == 0
+        assert await read_n(b, 5) == b"hello"
+        # Data written later waits from its own start, not from the last ACK.
+        clock.t += 10.0
+        await a.write(b"again")
+        clock.t += 1.5
+        assert a.stalled_for(clock.t) == 1.5
+    finally:
+        await a.close()
+        await b.close()
+    assert a.stalled_for(clock.t) == 0.0  # a closed conversation waits for nothing
