@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Build the real peers pinned in scripts/peers.toml into .peers/ "
                     "(docs/lab/peers.md).")
     parser.add_argument("--pins", type=Path, default=PINS)
-    parser.add_argument("--dir", type=Path, default=None, help="default: .peers/ or $PTLAB_PEERS_DIR")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="default: .peers/ or $PTLAB_PEERS_DIR")
     parser.add_argument("--only", action="append", default=[], metavar="PEER",
                         help="build only this peer (repeatable)")
     parser.add_argument("--go", default="go", help="the go command")

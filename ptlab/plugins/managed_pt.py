@@ -10,7 +10,6 @@ equal terms and either side can be swapped for the other.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from typing import Any
 

@@ -78,7 +78,9 @@ class MeekPlugin(LabPlugin):
 
     def clients(self, ctx: CellContext) -> list[Service]:
         transport, (binary, *rest) = IMPLEMENTATIONS[self._impl(ctx)]
-        cmd = [binary, *rest] if self._impl(ctx) == "ptlab" else [peer_path(binary) or binary, *rest]
+        if self._impl(ctx) != "ptlab":
+            binary = peer_path(binary) or binary
+        cmd = [binary, *rest]
         return [pt_client_service(ctx, self.name, transport, cmd)]
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
@@ -94,7 +96,9 @@ class MeekPlugin(LabPlugin):
         return Endpoint(host, port, "0.0.2.0", 1, args)
 
     def peer_binaries(self) -> list[str]:
-        return [] if self.default_client == "ptlab" else [IMPLEMENTATIONS[self.default_client][1][0]]
+        if self.default_client == "ptlab":
+            return []
+        return [IMPLEMENTATIONS[self.default_client][1][0]]
 
 
 MEEK = MeekPlugin("meek", "ptlab", "ptlab's meek client (TLS: Python's ssl) through the lab's "
