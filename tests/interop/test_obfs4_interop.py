@@ -1,4 +1,5 @@
-"""obfs4 interop with Debian's obfs4proxy 0.0.14, both ways, over Tor PT managed mode.
+"""obfs4 interop with Debian's obfs4proxy 0.0.14 and with lyrebird (Tor's current PT,
+built by ``scripts/setup --peers``), both ways, over Tor PT managed mode.
 
 ptadapter plays tor's part (the PT parent): ``ServerAdapter`` starts a bridge
 (``python -m transports.pt`` or obfs4proxy) in front of an ORPort stand-in on
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import peers
 from transports.obfs4.statefile import load_or_create
 
 ptadapter = pytest.importorskip("ptadapter")
@@ -41,15 +43,15 @@ OBFS4PROXY = shutil.which("obfs4proxy") or (
     "/usr/bin/obfs4proxy" if os.access("/usr/bin/obfs4proxy", os.X_OK) else None)
 OURS = [sys.executable, "-m", "transports.pt"]
 THEIRS = [OBFS4PROXY or "obfs4proxy"]
-IMPLS = {"ours": OURS, "obfs4proxy": THEIRS}
+LYREBIRD = peers.path_or_none("lyrebird")
+IMPLS = {"ours": OURS, "obfs4proxy": THEIRS, "lyrebird": [LYREBIRD or "lyrebird"]}
 BULK = 50_000_000  # iat-mode 0, each way
 PACED = 1_000_000  # iat-modes 1 and 2, each way
 CHUNK = 1 << 20
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(OBFS4PROXY is None, reason="obfs4proxy not installed"),
-]
+pytestmark = [pytest.mark.interop]
+NEEDS_OBFS4PROXY = pytest.mark.skipif(OBFS4PROXY is None, reason="obfs4proxy not installed")
+NEEDS_LYREBIRD = peers.needs("lyrebird")
 
 
 def payload(label: str, size: int) -> bytes:
@@ -109,9 +111,10 @@ class OrPort:
 async def bridge(impl: str, state: Path, orport: int,
                  iat_mode: int | None) -> AsyncIterator[tuple[int, dict[str, str]]]:
     """A server PT under ptadapter: (its obfs4 port, its SMETHOD ARGS)."""
-    if impl == "obfs4proxy" and not (state / "obfs4_state.json").exists():
+    if impl in ("obfs4proxy", "lyrebird") and not (state / "obfs4_state.json").exists():
         # obfs4proxy's own seeds put length 0 in ~3 % of tables, and it panics
         # on drawing 0 in iat-mode 2; ours never do (statefile.paranoid_safe_seed).
+        # lyrebird draws its seeds the same way.
         load_or_create(state)
     srv = ptadapter.ServerAdapter(IMPLS[impl], state, "127.0.0.1", orport)
     options = None if iat_mode is None else {"iat-mode": str(iat_mode)}
@@ -170,11 +173,17 @@ async def exchange(cli: ptadapter.ClientAdapter, port: int, args: dict[str, str]
     return f"{len(up) / 1e6:.0f} MB each way in {elapsed:.1f} s"
 
 
-PAIRS = [("ours", "obfs4proxy"), ("obfs4proxy", "ours")]
-PAIR_IDS = ["ours-client-to-obfs4proxy-server", "obfs4proxy-client-to-ours-server"]
+PAIRS = [pytest.param("ours", "obfs4proxy", id="ours-client-to-obfs4proxy-server",
+                      marks=NEEDS_OBFS4PROXY),
+         pytest.param("obfs4proxy", "ours", id="obfs4proxy-client-to-ours-server",
+                      marks=NEEDS_OBFS4PROXY),
+         pytest.param("ours", "lyrebird", id="ours-client-to-lyrebird-server",
+                      marks=NEEDS_LYREBIRD),
+         pytest.param("lyrebird", "ours", id="lyrebird-client-to-ours-server",
+                      marks=NEEDS_LYREBIRD)]
 
 
-@pytest.mark.parametrize(("client", "server"), PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize(("client", "server"), PAIRS)
 async def test_iat_mode_0_bulk_both_ways_byte_exact(tmp_path, client, server):
     up, down = payload(f"{client}-up", BULK), payload(f"{server}-down", BULK)
     async with OrPort(len(up), down) as orport, \
@@ -185,7 +194,7 @@ async def test_iat_mode_0_bulk_both_ways_byte_exact(tmp_path, client, server):
               f"{await exchange(cli, port, args, orport, up, timeout=120)}")
 
 
-@pytest.mark.parametrize(("client", "server"), PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize(("client", "server"), PAIRS)
 async def test_iat_modes_1_and_2_both_ways_byte_exact(tmp_path, client, server):
     """Both modes at once (each is sleep-bound: ~10 s for 1 MB at obfs4proxy's iat 2 rate)."""
     async def one(mode: int) -> str:
@@ -210,6 +219,7 @@ def bridge_line_args(state: Path) -> dict[str, str]:
     return dict(field.split("=", 1) for field in lines[0].split() if "=" in field)
 
 
+@NEEDS_OBFS4PROXY
 async def test_our_server_takes_over_obfs4proxys_state_dir(tmp_path):
     state = tmp_path / "bridge-state"
     up, down = payload("state-up", PACED), payload("state-down", PACED)
