@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from transports.meek import server as meekserver
 from transports.meek.server import (
     DECOY_TEXT,
     MAX_PAYLOAD,
