@@ -3,7 +3,8 @@ lab's packages and Python environment in it: booted as ``ptlab vm up`` boots it 
 network from ``ptl.net=``, static) and as its Vagrant box boots it (no ``ptl.net``:
 eth0 takes DHCP through systemd-networkd, and what Vagrant's Debian guest support
 runs is there). Runs only where ``ptlab vm image`` has built the image for this
-checkout's inputs (it takes about two minutes); skips with the reason otherwise."""
+checkout's inputs and PTLAB_VM_TESTS=1 asks for it (it takes about two
+minutes); skips with the reason otherwise."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import pytest
 
 from ptlab.vm import box, image
+from tests.support.vmimage import cached_image
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
@@ -22,11 +24,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def _cached() -> image.Image:
-    built = image.Image(image.DEFAULT_CACHE / image.default_inputs().digest(),
-                        image.default_inputs())
-    if not built.complete():
-        pytest.skip(f"no cached image at {built.dir}: run 'ptlab vm image' first")
-    return built
+    return cached_image()
 
 
 def _free_port() -> int:

@@ -93,11 +93,9 @@ def test_up_refuses_when_the_vms_are_already_up(tmp_path):
 def test_a_killed_up_leaves_nothing_once_down_has_run(tmp_path):
     """The real thing, when the image is cached: 'vm up' SIGKILLed while the VMs boot,
     then 'vm down': no qemu process, overlay or state is left."""
-    from ptlab.vm.image import DEFAULT_CACHE, default_inputs
+    from tests.support.vmimage import cached_image
 
-    img = Image(DEFAULT_CACHE / default_inputs().digest(), default_inputs())
-    if not img.complete():
-        pytest.skip("needs the cached image ('ptlab vm image')")
+    img = cached_image()
     state = tmp_path / "state"
     code = ("from pathlib import Path; from ptlab.vm import qemu, image; "
             f"qemu.up(image.Image(Path({str(img.dir)!r}), image.default_inputs()), "

@@ -2,8 +2,9 @@
 lab's rows: the same status, detector and action for direct and obfs4 under no censor
 and an IP blocklist. Under TCG the CPU is emulated, so figures are not compared.
 
-Runs where ``ptlab vm image`` has built the image for this checkout (the whole run,
-boot included, takes about six minutes); skips with the reason otherwise."""
+Runs where ``ptlab vm image`` has built the image for this checkout and
+PTLAB_VM_TESTS=1 asks for it (the whole run, boot included, takes about six
+minutes on an idle machine); skips with the reason otherwise."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from ptlab.experiment.runner import LabRunner
 from ptlab.vm import qemu
-from ptlab.vm.image import DEFAULT_CACHE, Image, default_inputs
 from ptlab.vm.runner import VmRunner
+from tests.support.vmimage import cached_image
 from tests.support.vmspec import by_cell, quick_spec
 
 pytestmark = [pytest.mark.lab,
@@ -24,9 +25,7 @@ pytestmark = [pytest.mark.lab,
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    image = Image(DEFAULT_CACHE / default_inputs().digest(), default_inputs())
-    if not image.complete():
-        pytest.skip(f"no cached image at {image.dir}: run 'ptlab vm image' first")
+    image = cached_image()
     base = tmp_path_factory.mktemp("vmqemu")
     state_dir = base / "state"
     try:
