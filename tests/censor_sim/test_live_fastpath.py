@@ -151,9 +151,11 @@ def test_batched_reports_come_at_a_batch_or_on_the_timer(censor_lab, run_censor,
     assert len([d for d in censor.events("detection")
                 if d["flow"]["server_port"] == port]) == flows
     assert final["queued"] == flows
-    # 3 drains, or 4 if a tick of the 1 s timer fell among the flows; one per flow
-    # without batching.
-    assert 3 <= final["report_batches"] <= 4
+    # 3 drains (two batches of 4, then the timer for 2), or 4 if a tick of the 1 s
+    # timer fell among the flows; fewer when a starved reader woke late and found
+    # more than a batch waiting (a loaded 2-CPU machine). Without batching: one
+    # drain per flow, 10.
+    assert 1 <= final["report_batches"] <= 4
 
 
 def test_a_killed_censors_program_is_replaced_not_doubled(censor_lab, run_censor, echo, tcp):

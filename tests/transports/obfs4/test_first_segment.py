@@ -168,6 +168,7 @@ async def test_send_split_segments(first: int, segments: int) -> None:
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # root may exceed rmem_max
 
 
 def client_payloads(sniffer: socket.socket, port: int) -> list[int]:
@@ -197,6 +198,9 @@ def client_payloads(sniffer: socket.socket, port: int) -> list[int]:
 @pytest.mark.lab
 async def test_the_first_client_packet_is_exactly_n_bytes() -> None:
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL)) as sniffer:
+        # lo carries every loopback test on the machine: a default-sized buffer
+        # (208 KiB) filled with others' packets under load and lost ours.
+        sniffer.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
         sniffer.bind(("lo", 0))
         sniffer.setblocking(False)
         async with bridge() as b:
