@@ -3,9 +3,14 @@ is known flow by flow (docs/censors/crosscheck.md).
 
 The capture holds one flow per case: a random first payload (both flag FET); the
 same behind "DEL" (OpenGFW exempts nine three-letter HTTP verb prefixes, Wu et
-al. name four verbs with their space, so only ours flags it); ClientHellos naming
-a blocked and an unblocked name; a QUIC Initial naming a blocked name; and a
-WireGuard handshake whose response echoes the initiator's index. The OpenGFW half
+al. name four verbs with their space, so only ours flags it); a server that
+speaks first with random bytes, answered by a ClientHello (OpenGFW judges the
+first payload in either direction, the GFW the client's, so only theirs flags
+it); ClientHellos naming
+a blocked and an unblocked name; a QUIC Initial naming a blocked name, and the same
+from a source port below its destination port (the GFW inspects only Initials
+whose source port is the higher, Zohaib et al. 2025 §3.3, so only theirs flags
+it); and a WireGuard handshake whose response echoes the initiator's index. The OpenGFW half
 skips when the peer is not built."""
 
 from __future__ import annotations
@@ -56,6 +61,19 @@ def _tcp_flow(b: FrameBuilder, t: float, cport: int, sport: int, payload: bytes
                              ACK))]
 
 
+def _server_first_flow(b: FrameBuilder, t: float, cport: int, sport: int, server_says: bytes,
+                       client_says: bytes) -> list[tuple[float, bytes]]:
+    """Handshake, then the server's payload first, then the client's."""
+    cseq, sseq = 2000, 9000
+    return [(t, b.tcp(CLIENT, SERVER, cport, sport, cseq, 0, SYN)),
+            (t + 0.01, b.tcp(SERVER, CLIENT, sport, cport, sseq, cseq + 1, SYN | ACK)),
+            (t + 0.02, b.tcp(CLIENT, SERVER, cport, sport, cseq + 1, sseq + 1, ACK)),
+            (t + 0.03, b.tcp(SERVER, CLIENT, sport, cport, sseq + 1, cseq + 1, PSH | ACK,
+                             server_says)),
+            (t + 0.04, b.tcp(CLIENT, SERVER, cport, sport, cseq + 1,
+                             sseq + 1 + len(server_says), PSH | ACK, client_says))]
+
+
 def _hello(name: str) -> bytes:
     msg = quic_vectors.client_hello(name, ["h2"], random.Random(name))
     return b"\x16\x03\x01" + struct.pack("!H", len(msg)) + msg
@@ -69,8 +87,11 @@ def known_capture(path: Path) -> None:
     frames += _tcp_flow(b, 1.0, 40002, 8388, b"DEL" + random_payload)   # FET: only ours
     frames += _tcp_flow(b, 2.0, 40003, 443, _hello("www.blocked.lab"))  # SNI: both
     frames += _tcp_flow(b, 3.0, 40004, 443, _hello("site.example.lab"))  # SNI: neither
-    frames.append((4.0, b.udp(CLIENT, SERVER, 40005, 443,
-                              quic_vectors.build_initial("q.blocked.lab", seed=3))))  # QUIC: both
+    frames += _server_first_flow(b, 3.5, 40007, 8443, random_payload,
+                                 _hello("site.example.lab"))             # FET: only theirs
+    initial = quic_vectors.build_initial("q.blocked.lab", seed=3)
+    frames.append((4.0, b.udp(CLIENT, SERVER, 40005, 443, initial)))   # QUIC: both
+    frames.append((4.5, b.udp(CLIENT, SERVER, 400, 443, initial)))     # QUIC: only theirs
     index = struct.pack("<I", 0x01020304)
     init = b"\x01\x00\x00\x00" + index + bytes(140)
     resp = b"\x02\x00\x00\x00" + struct.pack("<I", 0x0A0B0C0D) + index + bytes(80)
@@ -80,7 +101,7 @@ def known_capture(path: Path) -> None:
 
 
 EXPECTED = {  # pair -> (both, only ours, only theirs)
-    "fet": (1, 1, 0), "tls-sni": (1, 0, 0), "quic-sni": (1, 0, 0),
+    "fet": (1, 1, 1), "tls-sni": (1, 0, 0), "quic-sni": (1, 0, 1),
     "tls-in-tls/trojan": (0, 0, 0), "openvpn": (0, 0, 0), "wireguard": (1, 0, 0)}
 
 
@@ -91,7 +112,7 @@ def test_our_half_gives_the_known_answer(tmp_path):
     flagged = {}
     for pair in cc.PAIRS:
         every, mine, _ = cc.ours(pair, pcap)
-        assert len(every) == 6, pair.name
+        assert len(every) == 8, pair.name
         flagged[pair.name] = len(mine)
     assert flagged == {name: both + only_ours for name, (both, only_ours, _) in EXPECTED.items()}
 
