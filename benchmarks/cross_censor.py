@@ -34,6 +34,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from censor_sim import offline  # noqa: E402
+from censor_sim import offline, pcapbatch  # noqa: E402
 from censor_sim.profile import load_profile  # noqa: E402
 from ptlab.common import peers  # noqa: E402
 
@@ -205,20 +206,60 @@ HEADER = (f"{'source':<36} {'pair':<18} {'flows':>6} {'both':>6} "
           f"{'only-ours':>10} {'only-theirs':>12}")
 
 
+@dataclass
+class Timing:
+    """Seconds each side took over the same captures, and the floor: reading them."""
+
+    packets: int = 0
+    read_s: float = 0.0  # the captures read and their headers parsed, nothing judged
+    ours_s: float = 0.0  # one replay per pair
+    theirs_s: float = 0.0  # one OpenGFW run per capture, every analyzer at once
+    ours_passes: int = 0
+
+    def lines(self) -> list[str]:
+        per = self.ours_s / max(1, self.ours_passes)
+
+        def rate(sec: float) -> str:
+            return f"{self.packets / sec:>11,.0f} packets/s" if sec else ""
+
+        return [f"time over {self.packets:,} packets:",
+                f"  reading the captures alone   {self.read_s:8.2f} s {rate(self.read_s)}",
+                f"  ours, one pass (one pair)    {per:8.2f} s {rate(per)}"
+                f"   ({self.ours_passes} passes, {self.ours_s:.2f} s)",
+                f"  OpenGFW, one pass (all six)  {self.theirs_s:8.2f} s {rate(self.theirs_s)}"
+                "   (process start and its 1 s drain per capture included)"]
+
+
+def read_floor(pcap: Path) -> tuple[int, float]:
+    """(packets, seconds) to read ``pcap`` and parse its headers, as both replays must."""
+    started = time.perf_counter()
+    packets = sum(batch.n for batch in pcapbatch.batches(pcap))
+    return packets, time.perf_counter() - started
+
+
 def _describe(fid: FlowId, info: Any) -> dict[str, Any]:
     proto, (a, b) = fid
     return {"proto": proto, "ends": [f"{a[0]}:{a[1]}", f"{b[0]}:{b[1]}"], "detail": info}
 
 
 def compare(source: str, pcap: Path, binary: str, pairs: Iterable[Pair] = PAIRS,
-            examples: int = 3) -> list[Agreement]:
+            examples: int = 3, timing: Timing | None = None) -> list[Agreement]:
     """Each pair's agreement over ``pcap``; up to ``examples`` flows of each kind of
     disagreement, with the evidence of whichever side flagged it."""
     pairs = list(pairs)
+    timing = timing if timing is not None else Timing()
+    packets, read_s = read_floor(pcap)
+    timing.packets += packets
+    timing.read_s += read_s
+    started = time.perf_counter()
     matched, props = theirs(binary, pcap, pairs)
+    timing.theirs_s += time.perf_counter() - started
     out = []
     for pair in pairs:
+        started = time.perf_counter()
         every, mine, evidence = ours(pair, pcap)
+        timing.ours_s += time.perf_counter() - started
+        timing.ours_passes += 1
         other = matched[pair.name]
         universe = every | other
         only_o, only_t = sorted(mine - other), sorted(other - mine)
@@ -279,16 +320,18 @@ def main(argv: list[str] | None = None) -> int:
         if not sources:
             parser.error("nothing to compare: give --results, --pcap or --mix-flows")
         rows: list[Agreement] = []
+        timing = Timing()
         if not args.json:
             print(f"OpenGFW: {which}")
             print(HEADER)
         for label, pcap in sources:
-            for agreement in compare(label, pcap, binary):
+            for agreement in compare(label, pcap, binary, timing=timing):
                 rows.append(agreement)
                 if not args.json:
                     print(agreement.row(), flush=True)
     if args.json:
-        print(json.dumps([vars(r) for r in rows], indent=1))
+        print(json.dumps({"agreements": [vars(r) for r in rows], "timing": vars(timing)},
+                         indent=1))
     else:
         totals: dict[str, list[int]] = {}
         for r in rows:
@@ -298,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for pair, (flows, both, mine, other) in totals.items():
             print(Agreement("all sources", pair, flows, both, mine, other).row())
+        print()
+        print("\n".join(timing.lines()))
     return 0
 
 

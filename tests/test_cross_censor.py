@@ -144,3 +144,22 @@ def test_opengfw_and_ours_agree_and_disagree_where_the_capture_says(tmp_path):
     got = {a.pair: (a.both, a.only_ours, a.only_theirs)
            for a in cc.compare("known", pcap, peers.require("opengfw"))}
     assert got == EXPECTED
+
+
+def test_without_opengfw_the_benchmark_names_the_command_that_builds_it(tmp_path, monkeypatch,
+                                                                        capsys):
+    monkeypatch.setenv("PTLAB_PEERS_DIR", str(tmp_path / "none"))
+    assert load().main(["--mix-flows", "10"]) == 2
+    assert "peer opengfw is not built: run `scripts/setup --peers`" in capsys.readouterr().err
+
+
+@peers.needs("opengfw")
+def test_the_benchmark_prints_the_table_and_the_times(tmp_path, capsys):
+    pcap = tmp_path / "known.pcap"
+    known_capture(pcap)
+    assert load().main(["--pcap", str(pcap), "--mix-flows", "0"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("known.pcap")]
+    assert [r[1] for r in rows] == [p for p in EXPECTED]
+    assert [tuple(map(int, r[3:6])) for r in rows] == list(EXPECTED.values())
+    assert "OpenGFW, one pass (all six)" in out and "reading the captures alone" in out
