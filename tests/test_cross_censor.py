@@ -162,4 +162,4 @@ def test_the_benchmark_prints_the_table_and_the_times(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("known.pcap")]
     assert [r[1] for r in rows] == [p for p in EXPECTED]
     assert [tuple(map(int, r[3:6])) for r in rows] == list(EXPECTED.values())
-    assert "OpenGFW, one pass (all six)" in out and "reading the captures alone" in out
+    assert "OpenGFW, all 6 at once" in out and "reading the captures alone" in out
