@@ -8,14 +8,14 @@ run's single page. The goal (issue 47): under 5 seconds to load the large report
 
 Run: ``.venv/bin/python benchmarks/report_scale.py`` (a few minutes of CPU on 2
 vCPUs, most of it drawing the 966-cell run's figures); ``--out DIR`` keeps them.
+tests/ptlab/output/test_report_scale.py holds the load to its goal; this prints
+the figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,30 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from ptlab.common.results import write_results  # noqa: E402
 from ptlab.output import report  # noqa: E402
+from tests.support.chromium import CHROMIUM, load_ms  # noqa: E402
 from tests.support.rows import default_shape_run, matrix_run, results_of  # noqa: E402
 
 LOAD_GOAL_MS = 5000
-
-
-def load_ms(chromium: str, out: Path) -> int:
-    """The load event of ``out``'s report, in a frame, timed by the page holding it."""
-    timing = out / "timing.html"
-    timing.write_text(
-        '<!DOCTYPE html><html><head><title>pending</title><script>'
-        "const t0 = performance.now();</script></head><body>"
-        f'<iframe src="{report.REPORT_HTML}" style="width:1280px;height:2000px" '
-        "onload=\"document.title = 'loaded ' + (performance.now() - t0).toFixed(0)\">"
-        "</iframe></body></html>")
-    dom = subprocess.run(
-        [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-dev-shm-usage", "--disable-background-networking",
-         "--disable-component-update", f"--user-data-dir={out / 'profile'}",
-         "--dump-dom", timing.as_uri()],
-        capture_output=True, text=True, timeout=300)
-    loaded = re.search(r"<title>loaded (\d+)</title>", dom.stdout)
-    if not loaded:
-        raise SystemExit("chromium did not load the report: " + dom.stderr[-500:])
-    return int(loaded.group(1))
 
 
 def measure(name: str, rows: list, out: Path, chromium: str | None) -> dict:
@@ -62,14 +42,14 @@ def measure(name: str, rows: list, out: Path, chromium: str | None) -> dict:
     return {"run": name, "cells": len(rows), "render_s": render_s,
             "overview_kb": html.stat().st_size / 1024,
             "cell_pages": len(list(pages.iterdir())) if pages.exists() else 0,
-            "load_ms": load_ms(chromium, out) if chromium else None}
+            "load_ms": load_ms(report.REPORT_HTML, out) if chromium else None}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="keep the reports here")
     args = ap.parse_args()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = CHROMIUM
     if chromium is None:
         print("chromium is not installed (scripts/setup installs it): no load times")
     base = args.out or Path(tempfile.mkdtemp(prefix="ptl-report-scale-"))
