@@ -90,6 +90,9 @@ class ConjurePlugin(LabPlugin):
             "--listen", f"{isp}:{STATION_PORT}",
             "--listen6", f"[{ctx.lab.addr('isp', v6=True)}]:{STATION_PORT}",
             "--registrar", f"{isp}:{CONJURE_REGISTRAR_PORT}",
+            # The subnet group lets a transport choose its port (a prefix's own: 80
+            # for HTTP); without it Conjure puts every transport on 443.
+            "--randomize-dst-port",
             "--trusted-edge", ctx.lab.addr("cdn"), "--private-key", str(key)))]
 
     def clients(self, ctx: CellContext) -> list[Service]:
@@ -101,7 +104,7 @@ class ConjurePlugin(LabPlugin):
         up_host, up_port = ctx.upstream
         args = {"url": f"https://{CONJURE_EDGE_NAME}/api/register",
                 "transport": ctx.options.get("transport", self.default_transport),
-                "phantoms": PHANTOMS, "generation": "1",
+                "phantoms": PHANTOMS, "generation": "1", "phantoms-random-port": "1",
                 "v6": "1" if ctx.options.get("v6") else "0",
                 "covert": f"{up_host}:{up_port}",
                 "reg-delay": str(ctx.options.get("reg_delay", 0.75))}

@@ -200,7 +200,10 @@ class Station:
             # obfs4's server answers the handshake it was found by (early holds it),
             # with a fresh length-distribution seed, as Conjure's station does.
             assert reg.obfs4_key is not None
-            factory = Obfs4ServerFactory([reg.obfs4_key], os.urandom(24), 0)
+            # Representatives a pre-0.0.12 decoder reads, as Conjure's own obfs4 fork
+            # makes them: its client fails the AUTH check on half of ours otherwise.
+            factory = Obfs4ServerFactory([reg.obfs4_key], os.urandom(24), 0,
+                                         legacy_representatives=True)
             factory.replay = self.obfs4_replay
             try:
                 reader, writer = await factory.wrap(reader, writer, initial=early)
