@@ -1,8 +1,8 @@
 """Refraction Networking's Conjure client (gotapdance v1.7.10 ``cli``, on conjure
 v0.7.10's client library; built by ``scripts/setup --peers``) against our station.
 
-The client reads the ClientConf our station's configuration gives it
-(:mod:`transports.conjure.clientconf`: the lab's phantom subnet, generation 1, the
+The client reads the ClientConf our station writes for it (``--client-conf``,
+:mod:`transports.conjure.clientconf`: the lab's phantom subnet, generation 1, the
 station's X25519 key), registers through the API registrar (``POST
 /api/register``, a ``C2SWrapper``), selects its phantom and port from the shared
 secret, connects to the phantom and speaks the transport; our station recognises
@@ -61,7 +61,6 @@ class Rig:
         from ptcommon.events import READY_PATTERN
         from ptlab.common.wellknown import ISP_PHANTOMS
         from transports.common.elligator2 import new_keypair, public_key_from_private
-        from transports.conjure.clientconf import write_assets
 
         self.lab, self.out, self.procs = lab, out, []
         self.data = DataServer(lab.ns("web"), lab.addr("web"), DATA_PORT)
@@ -69,16 +68,15 @@ class Rig:
         private = new_keypair().private
         key.write_text(private.hex() + "\n")
         isp = lab.addr("isp")
+        assets = out / "assets"  # the station writes the ClientConf there
         self.station = LabProcess(lab.ns("isp"), [
             sys.executable, "-m", "transports.conjure.station", "--phantoms", ISP_PHANTOMS,
             "--listen", f"{isp}:{STATION_PORT}", "--registrar", f"{isp}:{REGISTRAR_PORT}",
-            "--private-key", str(key), *(["--randomize-dst-port"] if ports != "fixed" else [])],
+            "--private-key", str(key), "--client-conf", str(assets),
+            *(["--randomize-dst-port"] if ports != "fixed" else [])],
             "station", out / "station.log").start()
         self.procs.append(self.station)
         self.station.wait_log(READY_PATTERN, 30)
-        assets = out / "assets"
-        write_assets(assets, 1, [ISP_PHANTOMS], public_key_from_private(private),
-                     randomize_dst_port=ports != "fixed")
         binary = peers.require("conjure-client")
         tmp = out / "tmp"  # the CLI writes a CPU profile into $TMPDIR on exit
         tmp.mkdir()
