@@ -56,6 +56,14 @@ class SessionServer(Protocol):
         ...
 
 
+try:  # aiohttp 3.11+ takes its WebSocket timeouts as one object, earlier a float
+    from aiohttp import ClientWSTimeout
+
+    _QUICK_CLOSE: dict[str, Any] = {"timeout": ClientWSTimeout(ws_close=0.2)}
+except ImportError:  # pragma: no cover - old aiohttp
+    _QUICK_CLOSE = {"timeout": 0.2}
+
+
 def new_sid() -> str:
     return base64.b64encode(secrets.token_bytes(16)).decode().rstrip("=")
 
@@ -149,7 +157,10 @@ class SnowflakeProxy:
         assert self._http is not None
         try:
             async with asyncio.timeout(self.config.broker_timeout_s):
-                ws = await self._http.ws_connect(self.config.relay, autoping=False)
+                ws = await self._http.ws_connect(self.config.relay, autoping=False,
+                                                 **_QUICK_CLOSE)
+                # Tor's proxy drops the connection without a closing handshake; a relay
+                # waiting for a Turbo Tunnel preamble would not answer one for seconds.
                 await ws.close()
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             if self.relay_reachable:
