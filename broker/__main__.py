@@ -38,12 +38,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cert", help="TLS certificate (PEM)")
     p.add_argument("--key", help="TLS private key (PEM)")
     p.add_argument("--allowed-relay-pattern", default="snowflake.torproject.net$")
-    p.add_argument("--default-relay-pattern", default="snowflake.torproject.net$",
-                   help="pattern presumed for proxies that send none")
+    p.add_argument("--default-relay-pattern", default=None,
+                   help="pattern presumed for proxies that send none, as Tor's 2.5.1 "
+                        "broker had; without it they are refused, as by Tor's since 2.12")
     p.add_argument("--bridge-list-path", help="JSON lines of bridges (default: snowflake-01)")
     p.add_argument("--proxy-timeout", type=float, default=10.0, help="proxy long poll (s)")
-    p.add_argument("--client-timeout", type=float, default=10.0,
-                   help="how long a client waits for an answer (s; Tor 2.14 uses 5)")
+    p.add_argument("--client-timeout", type=float, default=5.0,
+                   help="how long a client waits for an answer (s; Tor's since 2.11; "
+                        "2.5.1 waited 10)")
     p.add_argument("--next-poll", type=int, default=20_000,
                    help="NextPoll sent to proxies (ms; 0 to omit it, as 2.5.1 does)")
     p.add_argument("--rate", type=float, default=20.0, help="requests/s per source")

@@ -1,12 +1,15 @@
-"""The Snowflake broker as an aiohttp application (Tor's 2.5.1 wire formats, 2.14 NextPoll).
+"""The Snowflake broker as an aiohttp application (Tor's wire formats as of 2.14.1).
 
 Proxies long-poll ``/proxy`` for a client; a client posts its offer to
 ``/client`` (or through an AMP cache at ``/amp/client/…``), the broker hands
 it to the least-loaded suitable proxy, and that proxy's ``/answer`` completes
 the client's request. Every logical outcome is HTTP 200 with JSON, as in Tor's
-broker, so Debian's binaries work unchanged. Where Tor's broker answers bad
-input with a bare 400 or 500, ours says why in the body, and it adds what
-Tor's lacks: per-source rate limiting (429) and a body-size cap (413).
+broker, so Debian's 2.5.1 binaries and the current release work unchanged; a
+client poll the broker cannot use is a 200 with ``{"error": …}``, as in Tor's.
+Where Tor's broker answers a bad proxy poll or answer with a bare 400, ours says
+why in the body, and it adds what Tor's lacks: per-source rate limiting (429)
+and a body-size cap (413). What changed since 2.5.1 is in
+docs/transports/snowflake.md §9.
 """
 
 from __future__ import annotations
@@ -55,15 +58,18 @@ class MetricsConfig:
 
 @dataclass
 class BrokerConfig:
-    """Timers are parameters so tests run them short. Defaults are Tor's 2.5.1 values
-    (the client timeout became 5 s in 2.14; NextPoll is 2.14's per-pool 20 s)."""
+    """Timers are parameters so tests run them short. Defaults are Tor's 2.14.1 values:
+    10 s proxy polls, 5 s for a client's answer (10 s before 2.11), NextPoll 20 s.
+
+    ``default_relay_pattern`` is 2.5.1's: the pattern presumed for a proxy that sends
+    none. Tor's broker dropped it in 2.12 and refuses such a poll; None does too."""
 
     proxy_timeout_s: float = 10.0
-    client_timeout_s: float = 10.0
+    client_timeout_s: float = 5.0
     next_poll_ms: int | None = 20_000
     rejected_next_poll_ms: int = 3_600_000
     allowed_relay_pattern: str = "snowflake.torproject.net$"
-    default_relay_pattern: str = "snowflake.torproject.net$"
+    default_relay_pattern: str | None = None
     bridges: dict[str, Bridge] = field(default_factory=lambda: {DEFAULT.fingerprint: DEFAULT})
     rate_per_s: float = 20.0
     burst: float = 60.0
@@ -172,8 +178,10 @@ class Broker:
 
     def pattern_ok(self, poll: m.ProxyPoll) -> bool:
         text = poll.relay_pattern
-        if text is None:  # a proxy from before relay URLs: presumed to accept the default
+        if text is None:  # a proxy from before relay URLs: refused, unless configured
             text = self.config.default_relay_pattern
+            if text is None:
+                return False
         return RelayPattern.parse(text).covers(self.allowed)
 
     async def proxy(self, request: web.Request) -> web.Response:
@@ -236,25 +244,33 @@ class Broker:
         try:
             poll = m.ClientPoll.decode(body)
         except m.MessageError as exc:
-            return self._bad(str(exc))
-        resp = await self.exchange(poll, request)
-        if isinstance(resp, web.Response):
-            return resp
+            resp: m.ClientPollResponse = self._refused(str(exc))
+        else:
+            resp = await self.exchange(poll, request)
+        if resp.error and resp.error not in (m.ERR_NO_PROXIES, m.ERR_TIMED_OUT) and legacy:
+            return self._json({"error": resp.error}, 400)  # Tor's broker panics here
         if not legacy:
             return self._raw(resp.encode())
         if resp.answer:
             return web.Response(body=resp.answer.encode(), headers=CORS)
         return web.Response(status=503 if resp.error == m.ERR_NO_PROXIES else 504, headers=CORS)
 
-    async def exchange(self, poll: m.ClientPoll, request: web.Request
-                       ) -> m.ClientPollResponse | web.Response:
+    def _refused(self, why: str) -> m.ClientPollResponse:
+        """A client poll the broker cannot use: Tor's broker answers it 200 with the
+        reason as the error (2.5.1 sent a bare 500 for an unknown bridge)."""
+        self.stats.bad_requests += 1
+        self.failures.report("bad-request", "a client poll the broker cannot use was refused")
+        return m.ClientPollResponse(error=why)
+
+    async def exchange(self, poll: m.ClientPoll, request: web.Request) -> m.ClientPollResponse:
         """Match one client poll: deliver its offer, wait for the proxy's answer."""
         if poll.fingerprint not in self.config.bridges:
-            return self._bad(f"unknown bridge fingerprint {poll.fingerprint}")
-        try:  # Tor's broker passes any string on; a proxy can do nothing with a bad one
+            return self._refused(m.ERR_UNKNOWN_BRIDGE)
+        try:  # 2.14.1 checks the description's JSON; ours also that it is an SDP offer
+            m.check_description(poll.offer)
             m.decode_sdp(poll.offer, "offer")
         except m.MessageError as exc:
-            return self._bad(str(exc))
+            return self._refused(str(exc))
         self.stats.client_polls += 1
         sf = self.pools.match(poll.nat)
         self._observe("client", request, nat=poll.nat, matched=sf is not None)
@@ -276,7 +292,7 @@ class Broker:
     async def amp_client(self, request: web.Request) -> web.Response:
         """``GET /amp/client/0<cache breaker>/<base64url poll>``, answered as AMP HTML."""
         path = request.match_info["path"]
-        resp: m.ClientPollResponse | web.Response
+        resp: m.ClientPollResponse
         try:
             if not path.startswith("0"):
                 raise ValueError
@@ -287,9 +303,6 @@ class Broker:
             resp = m.ClientPollResponse(error="cannot decode URL path")
         else:
             resp = await self.exchange(poll, request)
-            if isinstance(resp, web.Response):  # a bad poll: still an AMP page
-                assert isinstance(resp.body, bytes)  # _bad's JSON, made by _json
-                resp = m.ClientPollResponse(error=json.loads(resp.body)["error"])
         return web.Response(body=amp.encode(resp.encode()), content_type="text/html",
                             headers={**CORS, "Cache-Control": "max-age=15"})
 
@@ -326,6 +339,8 @@ class Broker:
     # -- the rest -------------------------------------------------------------------------
 
     async def debug(self, request: web.Request) -> web.Response:
+        """Tor's text, line for line (2.14.1 ``IPC.Debug``): the count, the known proxy
+        types present, unknown types, then the NAT types; no final newline."""
         avail = self.pools.available()
         lines = [f"current snowflakes available: {sum(avail.values())}"]
         by_type: dict[str, int] = {}
@@ -333,9 +348,11 @@ class Broker:
         for (ptype, nat), n in avail.items():
             by_type[ptype] = by_type.get(ptype, 0) + n
             by_nat[nat] = by_nat.get(nat, 0) + n
+        unknown = by_type.pop("unknown", 0)
         lines += [f"\t{t} proxies: {n}" for t, n in sorted(by_type.items())]
-        lines += [f"\t{t} proxies: {n}" for t, n in by_nat.items()]
-        return web.Response(text="\n".join(lines) + "\n", headers=CORS)
+        lines += [f"\tunknown proxies: {unknown}", "NAT Types available:"]
+        lines += [f"\t{t}: {n}" for t, n in by_nat.items()]
+        return web.Response(text="\n".join(lines), headers=CORS)
 
     async def robots(self, request: web.Request) -> web.Response:
         return web.Response(text="User-agent: *\nDisallow: /\n")

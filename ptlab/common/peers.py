@@ -61,13 +61,17 @@ class Pin:
     tags: tuple[str, ...] = ()
     ldflags: str = ""
     go: str = ""  # a newer toolchain to export as GOTOOLCHAIN, "" for the local one
+    # The peer's own go.mod `replace` lines ("old => new version"), which Go applies
+    # only in the main module: restated in the throwaway one, or the build fails.
+    replace: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         """What the binaries depend on: a change here, and only here, rebuilds them."""
         text = json.dumps([self.module, self.version, sorted(self.packages.items()),
-                           list(self.tags), self.ldflags, self.go], sort_keys=True)
+                           list(self.tags), self.ldflags, self.go]
+                          + ([list(self.replace)] if self.replace else []), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def package_path(self, package: str) -> str:
@@ -78,7 +82,7 @@ class Pin:
             "{number}", self.version.removeprefix("v"))
 
 
-_PIN_KEYS = {"module", "version", "packages", "tags", "ldflags", "go"}
+_PIN_KEYS = {"module", "version", "packages", "tags", "ldflags", "go", "replace"}
 
 
 def load_pins(path: Path = PINS) -> list[Pin]:
@@ -93,7 +97,7 @@ def load_pins(path: Path = PINS) -> list[Pin]:
             raise ValueError(f"{path}: [{name}] has unknown keys {sorted(unknown)}")
         pins.append(Pin(name, table["module"], table["version"], dict(table["packages"]),
                         tuple(table.get("tags", ())), table.get("ldflags", ""),
-                        table.get("go", "")))
+                        table.get("go", ""), tuple(table.get("replace", ()))))
     return pins
 
 
@@ -215,7 +219,8 @@ def build_one(pin: Pin, base: Path, go: str = "go") -> dict[str, Any]:
     # A main module that requires the peer and nothing else: go fills in the rest
     # from the peer's own go.mod (-mod=mod) and checks every sum against sum.golang.org.
     (src / "go.mod").write_text(f"module ptlab.invalid/peers/{pin.name}\n\ngo 1.22\n\n"
-                                f"require {pin.module} {pin.version}\n")
+                                f"require {pin.module} {pin.version}\n"
+                                + "".join(f"\nreplace {r}\n" for r in pin.replace))
     env = _go_env(pin)
     bindir = base / "bin"
     bindir.mkdir(parents=True, exist_ok=True)

@@ -215,6 +215,8 @@ class SnowflakePlugin(LabPlugin):
                         "-relay", relay, "-allowed-relay-hostname-pattern", f"{bridge}$",
                         "-allow-non-tls-relay", "-stun", self._stun(ctx, impl), "-verbose",
                         "-summary-interval", "1h"]
+                if impl == "upstream":  # 2.9+ takes a probe URL: it learns it is unrestricted
+                    argv += ["-nat-probe-server", f"http://{probe}/probe"]
             services.append(Service(f"snowflake-proxy{i}", f"proxy{i}", argv,
                                     ready=PROXY_READY[impl]))
         return services

@@ -160,7 +160,7 @@ async def test_unknown_proxies_can_be_pooled_as_unrestricted_in_a_lab_without_na
 @pytest.mark.parametrize("pattern, ok", [
     ("^snowflake.lab$", True), ("snowflake.lab$", True), ("lab$", True), ("$", True),
     ("^other.lab$", False), ("^lab$", False), ("evil.example$", False),
-    (None, True),  # no pattern: judged by the default pattern
+    (None, True),  # no pattern: judged by the default pattern (2.5.1's option)
 ])
 async def test_relay_pattern_superset_rule(broker, pattern, ok):
     b, http = await broker(proxy_timeout_s=0.05)
@@ -172,6 +172,15 @@ async def test_relay_pattern_superset_rule(broker, pattern, ok):
         assert b.stats.relay_rejected == 1
 
 
+async def test_a_poll_without_a_pattern_is_refused_without_a_default_as_by_tor_since_2_12(
+        broker):
+    b, http = await broker(proxy_timeout_s=0.05, default_relay_pattern=None)
+    got = await proxy_poll(http, poll("p", pattern=None))
+    assert got.status == m.STATUS_BAD_RELAY and got.next_poll_ms == 3_600_000
+    got = await proxy_poll(http, poll("q"))
+    assert got.status == m.STATUS_NO_MATCH
+
+
 @pytest.mark.parametrize("path, body, status, why", [
     ("/proxy", b"{not json", 400, "not JSON"),
     ("/proxy", b'{"Sid":"x","Version":"2.0"}', 400, "unknown version"),
@@ -179,15 +188,13 @@ async def test_relay_pattern_superset_rule(broker, pattern, ok):
     ("/proxy", b'{"Sid":"x","Version":"1.3","NAT":"open"}', 400, "invalid NAT"),
     ("/proxy", b'{"Sid":"x","Version":"1.3","Clients":1.5}', 400, "Clients"),
     ("/answer", b'{"Version":"1.3","Sid":"x"}', 400, "needs Sid and Answer"),
-    ("/client", b"2.0\n{}", 400, "unsupported message version"),
-    ("/client", b'1.0\n{"offer":""}', 400, "no offer"),
-    ("/client", b'1.0\n{"offer":"x","fingerprint":"zz"}', 400, "fingerprint"),
-    ("/client", b'1.0\n{"offer":"x","fingerprint":"' + b"00" * 20 + b'"}', 400,
-     "unknown bridge"),
-    ("/client", b'1.0\n{"offer":"{\\"type\\":\\"answer\\",\\"sdp\\":\\"v=0\\"}"}', 400,
-     "type is not 'offer'"),
-    ("/client", b'1.0\n{"offer":"{\\"type\\":\\"offer\\",\\"sdp\\":\\"hello\\"}"}', 400,
-     "must start with 'v=0'"),
+    # 2.14.1 checks the answer's description (Tor issue 40546); 2.5.1 passed it on.
+    ("/answer", b'{"Version":"1.3","Sid":"x","Answer":"v=0"}', 400,
+     "malformed session description"),
+    ("/answer", b'{"Version":"1.3","Sid":"x","Answer":"{\\"type\\":\\"reply\\",'
+                b'\\"sdp\\":\\"v=0\\"}"}', 400, "unknown SDP type"),
+    ("/answer", b'{"Version":"1.3","Sid":"x","Answer":"{\\"Type\\":\\"answer\\",'
+                b'\\"sdp\\":\\"v=0\\"}"}', 400, "needs type and sdp"),
     ("/client", b"1.0\n" + b"x" * 200_000, 413, "body over"),
 ])
 async def test_bad_input_gets_a_clear_4xx_and_the_broker_keeps_serving(
@@ -199,6 +206,47 @@ async def test_bad_input_gets_a_clear_4xx_and_the_broker_keeps_serving(
     assert r.headers["Access-Control-Allow-Origin"] == "*"
     r = await http.get("/debug")
     assert r.status == 200 and (await r.text()).startswith("current snowflakes available: 0")
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"2.0\n{}", "unsupported message version"),
+    (b'1.0\n{"offer":""}', "no offer"),
+    (b'1.0\n{"offer":"x","fingerprint":"zz"}', "fingerprint"),
+    (b'1.0\n{"offer":"x","fingerprint":"' + b"00" * 20 + b'"}', m.ERR_UNKNOWN_BRIDGE),
+    (b'1.0\n{"offer":"x"}', "malformed session description"),
+    (b'1.0\n{"offer":"{\\"type\\":\\"answer\\",\\"sdp\\":\\"v=0\\"}"}',
+     "type is not 'offer'"),
+    (b'1.0\n{"offer":"{\\"type\\":\\"offer\\",\\"sdp\\":\\"hello\\"}"}',
+     "must start with 'v=0'"),
+])
+async def test_a_client_poll_the_broker_cannot_use_is_a_200_with_the_reason_as_tors(
+        broker, body, why):
+    """Tor's broker (2.5.1 and 2.14.1) answers these 200 with ``{"error": reason}``;
+    2.5.1 alone sent a bare 500 for an unknown bridge."""
+    b, http = await broker()
+    r = await http.post("/client", data=body)
+    assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == "*"
+    got = m.ClientPollResponse.decode(await r.read())
+    assert why in got.error and not got.answer
+    assert b.stats.bad_requests == 1 and b.stats.client_polls == 0
+
+
+async def test_debug_page_is_tors_text_line_for_line(broker):
+    b, http = await broker(proxy_timeout_s=5)
+    polls = [asyncio.create_task(proxy_poll(http, poll("a", "unrestricted"))),
+             asyncio.create_task(proxy_poll(http, m.ProxyPoll(
+                 "b", "someones-own", "unknown", 0, "^snowflake.lab$").encode()))]
+    await waiting(b, 2)
+    r = await http.get("/debug")
+    assert await r.text() == ("current snowflakes available: 2\n"
+                              "\tstandalone proxies: 1\n"
+                              "\tunknown proxies: 1\n"
+                              "NAT Types available:\n"
+                              "\trestricted: 0\n"
+                              "\tunrestricted: 1\n"
+                              "\tunknown: 1")
+    for t in polls:
+        t.cancel()
 
 
 async def test_legacy_client_poll_and_cors_preflight(broker):

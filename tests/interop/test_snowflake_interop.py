@@ -103,6 +103,11 @@ async def test_two_clients_are_served_by_two_worker_processes(rig, sflab):
     from pathlib import Path
 
     proxy = rig.our_proxy(0, "-workers", "2")
+    # Polling before the clients ask: after a match the proxy waits the broker's
+    # NextPoll (as 2.14's does), so the second client is matched on its next try,
+    # 10 s on; a first try that found no proxy would put 20 s between them, and
+    # the first client's idle session may have ended by then.
+    rig.wait_available(1)
     ports = [rig.debian_client(i) for i in range(2)]
     streams = [await socks_open(sflab, port, None) for port in ports]
     transfers = [asyncio.create_task(upload_and_download(r, w, 5 * MB, seed=20 + i))

@@ -1,5 +1,6 @@
-"""A Snowflake rig in a lab: our broker, our bridge and a data server, with
-proxies (ours or Debian's) and clients (ours or Debian's) started on demand.
+"""A Snowflake rig in a lab: a broker (ours, or Snowflake's current one), our
+bridge and a data server, with proxies and clients (ours, Debian's 2.5.1, or the
+current release built by ``scripts/setup --peers``) started on demand.
 
 The interop tests and ``benchmarks/snowflake_goodput.py`` share it. Every
 piece is a real process in its own namespace: the broker on the broker node,
@@ -27,7 +28,7 @@ from transports.pt import socks5
 from transports.snowflake.messages import DEFAULT_BRIDGE_FINGERPRINT
 
 NO_ROUTE_STUN = "stun:203.0.113.1:3478"  # unroutable in the lab: gathering ends at once
-DATA_PORT, BRIDGE_PORT, BROKER_PORT = 9100, 8443, 8080
+DATA_PORT, BRIDGE_PORT, BROKER_PORT, NAT_PROBE_PORT = 9100, 8443, 8080, 8081
 MB = 1_000_000
 
 def stream_bytes(seed: int, n: int):
@@ -91,7 +92,8 @@ class DataServer:
 class Rig:
     """Broker, bridge and data server in the lab; proxies and clients on demand."""
 
-    def __init__(self, lab, out: Path) -> None:
+    def __init__(self, lab, out: Path, broker: str | None = None) -> None:
+        """``broker``: None for ours, else the path of Snowflake's current broker."""
         self.lab, self.out = lab, out
         self.procs: list[LabProcess] = []
         bridge = lab.addr("bridge")
@@ -107,14 +109,23 @@ class Rig:
                                        "fingerprint": DEFAULT_BRIDGE_FINGERPRINT}) + "\n")
         exact = f"^{bridge}$"
         self.broker_url = f"http://{lab.addr('broker')}:{BROKER_PORT}/"
-        self.broker = self._start("broker", [
-            sys.executable, "-m", "broker", "--addr", f"{lab.addr('broker')}:{BROKER_PORT}",
-            "--disable-tls", "--allowed-relay-pattern", exact, "--default-relay-pattern", exact,
-            "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
-            "--unknown-proxies-unrestricted"], READY_PATTERN)
+        addr = f"{lab.addr('broker')}:{BROKER_PORT}"
+        if broker is None:
+            self.broker = self._start("broker", [
+                sys.executable, "-m", "broker", "--addr", addr,
+                "--disable-tls", "--allowed-relay-pattern", exact,
+                "--bridge-list-path", str(bridges), "--proxy-timeout", "8", "--next-poll", "1000",
+                "--unknown-proxies-unrestricted"], READY_PATTERN)
+        else:  # it prints nothing when ready: wait for its port
+            self.broker = self._start("broker", [
+                broker, "-addr", addr, "-disable-tls", "-disable-geoip", "-unsafe-logging",
+                "-allowed-relay-pattern", exact, "-bridge-list-path", str(bridges)],
+                name="upstream-broker")
+            wait_port(lab.ns("broker"), lab.addr("broker"), BROKER_PORT)
+        self.nat_probe_url = f"http://{lab.addr('broker')}:{NAT_PROBE_PORT}/probe"
 
-    def available(self) -> int:
-        """How many proxies are polling the broker now (its /debug page)."""
+    def debug_page(self) -> str:
+        """The broker's /debug page (the same text from ours and Tor's)."""
         with ns_socket(self.lab.ns("broker")) as s:
             s.settimeout(5)
             s.connect((self.lab.addr("broker"), BROKER_PORT))
@@ -122,7 +133,11 @@ class Rig:
             body = b""
             while chunk := s.recv(65536):
                 body += chunk
-        for line in body.decode(errors="replace").splitlines():
+        return body.decode(errors="replace").partition("\r\n\r\n")[2]
+
+    def available(self) -> int:
+        """How many proxies are polling the broker now (its /debug page)."""
+        for line in self.debug_page().splitlines():
             if line.startswith("current snowflakes available:"):
                 return int(line.rsplit(":", 1)[1])
         return 0
@@ -160,6 +175,32 @@ class Rig:
             "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN, "-verbose",
             "-summary-interval", "1h"], name=f"debian-proxy{i}")
 
+    def nat_probe(self) -> LabProcess:
+        """Our NAT probe service beside the broker (Tor's probetest exchange)."""
+        return self._start("broker", [
+            sys.executable, "-m", "transports.snowflake.natprobe", "--addr",
+            f"{self.lab.addr('broker')}:{NAT_PROBE_PORT}", "--stun", NO_ROUTE_STUN],
+            READY_PATTERN, name="natprobe")
+
+    def upstream_proxy(self, binary: str, i: int, *extra: str) -> LabProcess:
+        """Snowflake's current proxy (2.14: ``-summary-interval 0`` turns the summary off,
+        ``-nat-retest-interval 0`` tests the NAT type once, at start)."""
+        return self._start(f"proxy{i}", [
+            binary, "-broker", self.broker_url, "-relay", self.relay_url,
+            "-allowed-relay-hostname-pattern", f"^{self.lab.addr('bridge')}$",
+            "-allow-non-tls-relay", "-stun", NO_ROUTE_STUN, "-verbose", "-unsafe-logging",
+            "-summary-interval", "0", "-nat-retest-interval", "0", *extra],
+            name=f"upstream-proxy{i}")
+
+    def upstream_client(self, binary: str) -> int:
+        """Snowflake's current client PT; its SOCKS port."""
+        name = "upstream-client"
+        p = self._start("client", [
+            binary, "-url", self.broker_url, "-ice", NO_ROUTE_STUN,
+            "-log", str(self.out / f"{name}-own.log"), "-unsafe-logging"],
+            "CMETHODS DONE", self._pt_env(name), name=name)
+        return _cmethod_port(p.log_text())
+
     def _pt_env(self, name: str) -> dict[str, str]:
         state = self.out / f"{name}-state"
         state.mkdir(exist_ok=True)
@@ -188,6 +229,22 @@ class Rig:
         for p in reversed(self.procs):
             p.stop()
         self.data.close()
+
+
+def wait_port(ns: str, addr: str, port: int, timeout: float = 30.0) -> None:
+    """Until ``addr:port`` in namespace ``ns`` accepts a TCP connection."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with ns_socket(ns) as s:
+            s.settimeout(1)
+            try:
+                s.connect((addr, port))
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"nothing listens on {addr}:{port} after {timeout} s") \
+                        from None
+        time.sleep(0.1)
 
 
 def _cmethod_port(log: str) -> int:

@@ -164,6 +164,21 @@ def representative_to_public(representative: bytes) -> bytes:
     return w.to_bytes(32, "little")
 
 
+def without_high_bits(keypair: Keypair) -> Keypair:
+    """The same key with the representative's two padding bits cleared.
+
+    Decoders before obfs4proxy 0.0.12 (agl's ``extra25519``, kept in Refraction
+    Networking's obfs4 fork that Conjure's station and client use) drop only bit
+    255, so bit 254 set means another point: half of this module's keys then fail
+    the ntor AUTH check against them (measured with gotapdance v1.7.10,
+    docs/transports/conjure.md §9). Cleared, every decoder gets the same point;
+    the price is the old distinguisher of two bits that are always zero."""
+    if keypair.representative is None:
+        raise ValueError("not an Elligator2 keypair")
+    rep = keypair.representative
+    return Keypair(keypair.private, keypair.public, rep[:31] + bytes([rep[31] & 0x3F]))
+
+
 def public_key_from_private(private: bytes) -> bytes:
     """The standard ("clean") X25519 public key, as used for bridge identity keys."""
     if len(private) != KEY_LENGTH:

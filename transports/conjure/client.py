@@ -77,9 +77,13 @@ class ConjureArgs:
         if transport not in SUPPORTED:
             raise TransportError(f"conjure: transport {transport!r} is not supported "
                                  f"(supported: {', '.join(SUPPORTED)})")
+        randomize = args.get("randomize-port", "0") == "1"  # the transport's parameters
         try:
-            group = SubnetGroup.parse(1, need("phantoms").split(","),
-                                      args.get("randomize-port", "0") == "1")
+            # The subnet group's own permission (the ClientConf's randomize_dst_port):
+            # without it every transport uses port 443 (phantom.select_port).
+            group = SubnetGroup.parse(
+                1, need("phantoms").split(","),
+                args.get("phantoms-random-port", "1" if randomize else "0") == "1")
             generation = int(args.get("generation", "1"))
             delay = float(args.get("reg-delay", REG_DELAY_S))
         except ValueError as exc:
@@ -95,8 +99,7 @@ class ConjureArgs:
                 raise TransportError("conjure: prefix must be a known prefix id and pubkey "
                                      "the station's 32-byte X25519 key in hex")
         return cls(url, host, transport, need("covert"), PhantomConfig([group]), generation,
-                   args.get("v6", "0") == "1", delay, group.randomize_dst_port, prefix_id,
-                   public)
+                   args.get("v6", "0") == "1", delay, randomize, prefix_id, public)
 
 
 async def register(args: ConjureArgs, secret: bytes) -> None:
@@ -137,7 +140,10 @@ class ConjureClientFactory:
         address = str(phantom.address)
         if args.transport == "obfs4":
             _, public, node_id = obfs4_identity(derive_keys(secret, CURRENT_CLIENT_LIB_VERSION))
-            return await Obfs4ClientFactory(node_id, public, 0, CONNECT_TIMEOUT_S).dial(
+            # Conjure's station decodes with a pre-0.0.12 Elligator2 decoder: padding bits
+            # clear (elligator2.without_high_bits).
+            return await Obfs4ClientFactory(node_id, public, 0, CONNECT_TIMEOUT_S,
+                                            legacy_representatives=True).dial(
                 address, phantom_port)
         try:
             reader, writer = await asyncio.wait_for(

@@ -207,15 +207,29 @@ def select_phantom(seed: bytes, config: PhantomConfig, v6: bool,
 # Transports' ports (pkg/transports): the default port, and the floor of a random one.
 DEFAULT_PORTS = {"min": 443, "prefix": 443, "obfs4": 443, "dtls": 443}
 RANDOM_PORT_MIN = {"min": 1024, "prefix": 1024, "obfs4": 22, "dtls": 1024}
+FIXED_PORT = 443  # every transport's port where the subnet group allows no other
+RANDOM_PORT_MIN_VERSION = 3  # client library version that may leave port 443
 
 
 def select_port(seed: bytes, transport: str, phantom: Phantom, randomize: bool,
-                default_port: int | None = None) -> int:
-    """The phantom port: random above the transport's floor when both the subnet group
-    and the transport's parameters allow it, else the transport's own port."""
+                default_port: int | None = None,
+                client_lib_version: int = CURRENT_CLIENT_LIB_VERSION) -> int:
+    """The phantom port, as conjure v0.7.10's station (``getPhantomDstPort``) and
+    gotapdance v1.7.10's client (``UnidirectionalRegData``) choose it:
+
+    * **443** for every transport, the prefix's included, unless the subnet group
+      allows other ports (``randomize_dst_port`` in the ClientConf) and the client
+      library is version 3 or later;
+    * where it does, the transport decides: random above its floor when its
+      parameters ask, else its own port (a prefix's: 80 for HTTP, 22 for SSH...).
+
+    Ours once gave a prefix its own port in every group; Conjure's client then
+    dialled 443 (docs/transports/conjure.md §9)."""
     if transport not in DEFAULT_PORTS:
         raise PhantomError(f"unknown transport {transport!r}")
-    if randomize and phantom.randomize_dst_port:
+    if client_lib_version < RANDOM_PORT_MIN_VERSION or not phantom.randomize_dst_port:
+        return FIXED_PORT
+    if randomize:
         low = RANDOM_PORT_MIN[transport]
         return low + go_rand_int(HkdfStream(seed, None, b"phantom-select-dst-port"), 65535 - low)
     return default_port if default_port is not None else DEFAULT_PORTS[transport]

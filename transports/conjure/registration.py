@@ -203,7 +203,8 @@ class Registry:
             raise RegistrationError(f"unknown prefix {prefix_id}")
         default_port = PREFIXES[prefix_id][1] if transport == "prefix" else None
         # One port for the registration: the group's policy is the same in both families.
-        port = select_port(keys.seed, transport, phantoms[0], randomize, default_port)
+        port = select_port(keys.seed, transport, phantoms[0], randomize, default_port,
+                           version)
         obfs4_key = None
         if transport == "obfs4":
             private, public, node_id = obfs4_identity(keys)

@@ -7,8 +7,10 @@ numbers, types and labels follow signalling.proto exactly
 (docs/transports/conjure.md §2.3), so a registration we encode is what Conjure's registrar decodes.
 
 Messages: ``C2SWrapper``, ``ClientToStation``, ``RegistrationFlags``,
-``GenericTransportParams``, ``PrefixTransportParams``, ``RegistrationResponse``;
-enums ``TransportType`` and ``RegistrationSource``.
+``GenericTransportParams``, ``PrefixTransportParams``, ``RegistrationResponse``,
+and the ``ClientConf`` a client ships with (``PubKey``, ``DecoyList``,
+``TLSDecoySpec``, ``PhantomSubnetsList``, ``PhantomSubnets``); enums
+``TransportType``, ``RegistrationSource`` and ``KeyType``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ TRANSPORT_TYPES = {"null": 0, "min": 1, "obfs4": 2, "dtls": 3, "prefix": 4}
 SOURCE_API, SOURCE_BIDIRECTIONAL_API = 2, 4
 
 
+_REPEATED = {("DecoyList", "tls_decoys"), ("PhantomSubnets", "subnets"),
+             ("PhantomSubnetsList", "weighted_subnets")}
+
+
 def _file() -> descriptor_pb2.FileDescriptorProto:
     f = descriptor_pb2.FileDescriptorProto(name="ptlab/conjure_signalling.proto",
                                            package="tapdance", syntax="proto2",
@@ -38,7 +44,8 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     def message(name: str, fields: list[tuple[str, int, int, str | None]]) -> None:
         m = f.message_type.add(name=name)
         for fname, number, ftype, type_name in fields:
-            fd = m.field.add(name=fname, number=number, type=ftype, label=OPT)
+            many = (name, fname) in _REPEATED
+            fd = m.field.add(name=fname, number=number, type=ftype, label=REP if many else OPT)
             if type_name:
                 fd.type_name = type_name
 
@@ -79,6 +86,30 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         ("error", 5, F.TYPE_STRING, None),
         ("transport_params", 10, F.TYPE_MESSAGE, ".google.protobuf.Any"),
     ])
+    # The ClientConf a Conjure client ships with (its assets directory's ``ClientConf``):
+    # what our station gives Conjure's own client (clientconf.py).
+    enum("KeyType", {"AES_GCM_128": 90, "AES_GCM_256": 91})
+    message("PubKey", [("key", 1, F.TYPE_BYTES, None),
+                       ("type", 2, F.TYPE_ENUM, ".tapdance.KeyType")])
+    message("TLSDecoySpec", [("hostname", 1, F.TYPE_STRING, None),
+                             ("ipv4addr", 2, F.TYPE_FIXED32, None),
+                             ("pubkey", 3, F.TYPE_MESSAGE, ".tapdance.PubKey"),
+                             ("timeout", 4, F.TYPE_UINT32, None),
+                             ("tcpwin", 5, F.TYPE_UINT32, None),
+                             ("ipv6addr", 6, F.TYPE_BYTES, None)])
+    message("DecoyList", [("tls_decoys", 1, F.TYPE_MESSAGE, ".tapdance.TLSDecoySpec")])
+    message("PhantomSubnets", [("weight", 1, F.TYPE_UINT32, None),
+                               ("subnets", 2, F.TYPE_STRING, None),
+                               ("randomize_dst_port", 3, F.TYPE_BOOL, None)])
+    message("PhantomSubnetsList", [
+        ("weighted_subnets", 1, F.TYPE_MESSAGE, ".tapdance.PhantomSubnets")])
+    message("ClientConf", [
+        ("decoy_list", 1, F.TYPE_MESSAGE, ".tapdance.DecoyList"),
+        ("generation", 2, F.TYPE_UINT32, None),
+        ("default_pubkey", 3, F.TYPE_MESSAGE, ".tapdance.PubKey"),
+        ("phantom_subnets_list", 4, F.TYPE_MESSAGE, ".tapdance.PhantomSubnetsList"),
+        ("conjure_pubkey", 5, F.TYPE_MESSAGE, ".tapdance.PubKey"),
+    ])
     message("C2SWrapper", [
         ("shared_secret", 1, F.TYPE_BYTES, None),
         ("registration_payload", 3, F.TYPE_MESSAGE, ".tapdance.ClientToStation"),
@@ -97,7 +128,8 @@ def _classes() -> dict[str, Any]:
     pool.AddSerializedFile(any_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(_file())
     names = ["C2SWrapper", "ClientToStation", "RegistrationFlags", "GenericTransportParams",
-             "PrefixTransportParams", "RegistrationResponse"]
+             "PrefixTransportParams", "RegistrationResponse", "ClientConf", "PubKey",
+             "PhantomSubnetsList", "PhantomSubnets", "DecoyList", "TLSDecoySpec"]
     return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tapdance.{n}"))
             for n in names}
 
@@ -109,3 +141,9 @@ RegistrationFlags = _CLASSES["RegistrationFlags"]
 GenericTransportParams = _CLASSES["GenericTransportParams"]
 PrefixTransportParams = _CLASSES["PrefixTransportParams"]
 RegistrationResponse = _CLASSES["RegistrationResponse"]
+ClientConf = _CLASSES["ClientConf"]
+PubKey = _CLASSES["PubKey"]
+PhantomSubnetsList = _CLASSES["PhantomSubnetsList"]
+PhantomSubnets = _CLASSES["PhantomSubnets"]
+DecoyList = _CLASSES["DecoyList"]
+TLSDecoySpec = _CLASSES["TLSDecoySpec"]

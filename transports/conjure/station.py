@@ -36,11 +36,13 @@ from aiohttp import web
 
 from ptcommon.events import EventLog, run_until_stopped
 from transports.base import Streams, TransportError
+from transports.common.elligator2 import public_key_from_private
 from transports.common.hostport import split_hostport
 from transports.common.relay import relay
 from transports.common.replayfilter import ReplayFilter
 from transports.obfs4.transport import Obfs4ServerFactory
 
+from .clientconf import write_assets
 from .phantom import PhantomConfig, SubnetGroup
 from .registration import MAX_REGISTRATION, Registration, RegistrationError, Registry
 from .stationnet import StationNet, StationNetError, original_destination
@@ -200,7 +202,10 @@ class Station:
             # obfs4's server answers the handshake it was found by (early holds it),
             # with a fresh length-distribution seed, as Conjure's station does.
             assert reg.obfs4_key is not None
-            factory = Obfs4ServerFactory([reg.obfs4_key], os.urandom(24), 0)
+            # Representatives a pre-0.0.12 decoder reads, as Conjure's own obfs4 fork
+            # makes them: its client fails the AUTH check on half of ours otherwise.
+            factory = Obfs4ServerFactory([reg.obfs4_key], os.urandom(24), 0,
+                                         legacy_representatives=True)
             factory.replay = self.obfs4_replay
             try:
                 reader, writer = await factory.wrap(reader, writer, initial=early)
@@ -263,6 +268,14 @@ async def serve(args, stop: asyncio.Event) -> int:
             print(f"conjure station: --private-key: {exc}", file=sys.stderr)
             net.remove()
             return 1
+    if args.client_conf:
+        if private is None:
+            print("conjure station: --client-conf needs --private-key (its public half goes "
+                  "in the ClientConf)", file=sys.stderr)
+            net.remove()
+            return 1
+        write_assets(Path(args.client_conf), args.generation, subnets,
+                     public_key_from_private(private), args.randomize_dst_port)
     station = Station(registry, net, dial_covert, tuple(args.trusted_edge), events=event,
                       private_key=private)
     servers = [await asyncio.start_server(station.handle, *listen)]
@@ -299,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--randomize-dst-port", action="store_true")
     p.add_argument("--private-key", help="file with the station's X25519 private key (hex); "
                    "the prefix transport needs it")
+    p.add_argument("--client-conf", metavar="DIR",
+                   help="write DIR/ClientConf for Conjure's own client (its -assetsdir): "
+                        "these phantoms, this generation, the station's public key")
     p.add_argument("--unused-timeout", type=float, default=600.0)
     p.add_argument("--active-timeout", type=float, default=6 * 3600.0)
     args = p.parse_args(argv)

@@ -37,7 +37,12 @@ from ..base import (
     TransportError,
 )
 from ..common.drbg import DrbgSeed
-from ..common.elligator2 import Keypair, new_keypair, public_key_from_private
+from ..common.elligator2 import (
+    Keypair,
+    new_keypair,
+    public_key_from_private,
+    without_high_bits,
+)
 from ..common.ntor import derive_session_keys
 from ..common.replayfilter import ReplayFilter
 from ..common.silence import Gatekeeper, ServerPolicy
@@ -155,16 +160,22 @@ class Obfs4ClientFactory:
 
     def __init__(self, node_id: bytes, id_public: bytes, iat_mode: int,
                  timeout_s: float = CLIENT_HANDSHAKE_TIMEOUT_S,
-                 first_segment: int = 0) -> None:
+                 first_segment: int = 0, legacy_representatives: bool = False) -> None:
         self.node_id, self.id_public, self.iat_mode = node_id, id_public, iat_mode
         self.timeout_s = timeout_s
         self.first_segment = first_segment
+        # For peers with a pre-0.0.12 Elligator2 decoder (Conjure's obfs4 fork):
+        # representatives with their padding bits clear (elligator2.without_high_bits).
+        self.legacy_representatives = legacy_representatives
 
     async def dial(self, host: str, port: int) -> Streams:
         # The hello is made before the connection, so it follows the TCP handshake at
         # once: a pause there (0.5 ms for the Elligator key) is something a censor
         # can time, and a server under a flood evicts the unexamined first.
-        hs = ClientHandshake(self.node_id, self.id_public, new_keypair(elligator=True))
+        keypair = new_keypair(elligator=True)
+        if self.legacy_representatives:
+            keypair = without_high_bits(keypair)
+        hs = ClientHandshake(self.node_id, self.id_public, keypair)
         hello = hs.generate()
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -208,9 +219,11 @@ class Obfs4ServerFactory:
 
     def __init__(self, keys: Sequence[ServerKey], drbg_seed: bytes, iat_mode: int,
                  policy: ServerPolicy | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 legacy_representatives: bool = False) -> None:
         if not keys:
             raise TransportError("obfs4 server needs at least one key")
+        self.legacy_representatives = legacy_representatives  # as the client's
         self.keys = list(keys)
         self.len_seed = bytes(drbg_seed)
         self.iat_mode = iat_mode
@@ -240,7 +253,10 @@ class Obfs4ServerFactory:
                 self.failures[reason.split(":")[0]] += 1
                 await self.gate.stay_silent(reader, writer, start)
                 raise TransportError(f"obfs4 handshake failed: {reason}") from None
-        response, key_seed = server_response(hello)
+        keypair = new_keypair(elligator=True)
+        if self.legacy_representatives:
+            keypair = without_high_bits(keypair)
+        response, key_seed = server_response(hello, keypair)
         c2s, s2c = derive_session_keys(key_seed)
         enc = Encoder(s2c)
         # The response and our PRNG seed go out in one write, as obfs4proxy's do.

@@ -1,7 +1,8 @@
 """Snowflake's rendezvous messages: proxy↔broker "1.3" and client↔broker "1.0".
 
-Restated from Tor's ``common/messages`` (Snowflake 2.5.1, unchanged in 2.14.1
-apart from ``NextPoll``; docs/transports/snowflake.md §2.2–§2.4). The bytes matter: Debian's
+Restated from Tor's ``common/messages`` (Snowflake 2.5.1; 2.14.1 adds ``NextPoll``
+and checks the session descriptions it carries, :func:`check_description`;
+docs/transports/snowflake.md §2.2–§2.4, §9). The bytes matter: Debian's
 ``snowflake-proxy`` and ``snowflake-client`` talk to our broker, and our proxy
 and client to theirs, so encoders emit Go's ``encoding/json`` field order and
 decoders accept what Go's would:
@@ -37,6 +38,7 @@ STATUS_SUCCESS = "success"
 STATUS_CLIENT_GONE = "client gone"
 ERR_NO_PROXIES = "no snowflake proxies currently available"
 ERR_TIMED_OUT = "timed out waiting for answer!"
+ERR_UNKNOWN_BRIDGE = "bridge with requested fingerprint is unknown to the broker"  # 2.10+
 
 
 class MessageError(ValueError):
@@ -92,6 +94,26 @@ def decode_sdp(text: str, kind: str) -> str:
     if not sdp.startswith("v=0"):
         raise MessageError(f"{kind} description: SDP must start with 'v=0'")
     return sdp
+
+
+SDP_TYPES = ("offer", "pranswer", "answer", "rollback")
+
+
+def check_description(text: str) -> None:
+    """Refuse a session-description string as Snowflake 2.14.1's broker does
+    (``util.DeserializeSessionDescription``, Tor issue 40546): a JSON object with the
+    exact keys ``type`` and ``sdp``, both strings, ``type`` one of :data:`SDP_TYPES`.
+    2.5.1 passed any string on (docs/transports/snowflake.md §9)."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        raise MessageError("malformed session description: not JSON") from None
+    if not isinstance(obj, dict) or "type" not in obj or "sdp" not in obj:
+        raise MessageError("malformed session description: needs type and sdp")
+    if not isinstance(obj["type"], str) or not isinstance(obj["sdp"], str):
+        raise MessageError("malformed session description: type and sdp must be strings")
+    if obj["type"] not in SDP_TYPES:
+        raise MessageError("malformed session description: unknown SDP type")
 
 
 # -- proxy ↔ broker, version 1.3 ---------------------------------------------------------
@@ -192,6 +214,7 @@ class AnswerRequest:
         sid, answer = _str(obj, "Sid", what), _str(obj, "Answer", what)
         if not sid or not answer:
             raise MessageError(f"{what}: needs Sid and Answer")
+        check_description(answer)
         return cls(sid, answer, version)
 
 

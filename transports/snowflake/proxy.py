@@ -1,8 +1,10 @@
 """The Snowflake volunteer proxy (aiortc): poll the broker, answer offers, relay.
 
-Behaviour follows Tor's standalone proxy (``proxy/lib``; docs/transports/snowflake.md §3):
-1.3 polls with a Sid kept across "no match" polls and renewed after a match;
-the broker's ``NextPoll`` (2.14) or a 5 s interval between polls; an answer
+Behaviour follows Tor's standalone proxy as of 2.14.1 (``proxy/lib``;
+docs/transports/snowflake.md §3, §9): 1.3 polls, each with a new Sid; after
+each answer, a match included, a wait of the broker's ``NextPoll`` (at least
+1 s; 5 s without one); polling only while the default relay accepts a
+WebSocket (when ``check_relay_reachable``, as the command line sets); an answer
 only after ICE gathering completes (no trickle), with local candidates
 stripped; the relay URL checked first (:mod:`.relaycheck`); the data channel
 must open within 20 s, and a relay silent toward the client for 30 s ends the
@@ -54,6 +56,14 @@ class SessionServer(Protocol):
         ...
 
 
+try:  # aiohttp 3.11+ takes its WebSocket timeouts as one object, earlier a float
+    from aiohttp import ClientWSTimeout
+
+    _QUICK_CLOSE: dict[str, Any] = {"timeout": ClientWSTimeout(ws_close=0.2)}
+except ImportError:  # pragma: no cover - old aiohttp
+    _QUICK_CLOSE = {"timeout": 0.2}
+
+
 def new_sid() -> str:
     return base64.b64encode(secrets.token_bytes(16)).decode().rstrip("=")
 
@@ -71,6 +81,7 @@ class SnowflakeProxy:
         self._windows = SharedReceiveWindow()  # one receive budget for all clients
         # Worker processes that serve the sessions (.proxyworkers); None: this one does.
         self.workers: SessionServer | None = None
+        self.relay_reachable = True  # until a check (check_relay_reachable) says not
 
     def _addr(self, addr: str | None) -> str:
         return (addr or "none") if self.config.unsafe_logging else "[scrubbed]"
@@ -84,7 +95,6 @@ class SnowflakeProxy:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=self.config.broker_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             self._http = http
-            sid = new_sid()
             retest: asyncio.Task[None] | None = None
             if self.config.nat_probe_url:
                 await self.check_nat()  # as Tor's proxy does, before the first poll
@@ -92,6 +102,10 @@ class SnowflakeProxy:
                     retest = asyncio.create_task(self._retest_nat(stop))
             summaries = (asyncio.create_task(self._summaries(stop))
                          if self.config.summary_interval_s > 0 else None)
+            relay_watch = None
+            if self.config.check_relay_reachable:
+                await self.check_relay_reachable()  # before the first poll, as Tor's
+                relay_watch = asyncio.create_task(self._watch_relay(stop))
             failures = 0
             try:
                 while not stop.is_set():
@@ -100,6 +114,10 @@ class SnowflakeProxy:
                     if self.config.capacity and self.clients >= self.config.capacity:
                         await _sleep_or_stop(stop, 1.0)
                         continue
+                    if not self.relay_reachable:  # Tor's proxy skips the poll
+                        await _sleep_or_stop(stop, wait)
+                        continue
+                    sid = new_sid()  # 2.14: every poll has its own (2.5.1 kept one)
                     try:
                         resp = await self.poll(sid)
                     except (aiohttp.ClientError, OSError, m.MessageError, TimeoutError) as exc:
@@ -115,24 +133,64 @@ class SnowflakeProxy:
                         log.info("broker reachable again after %d failed polls", failures)
                         failures = 0
                     if resp is not None:
-                        if resp.next_poll_ms is not None:
-                            wait = max(1.0, resp.next_poll_ms / 1000)
+                        if resp.next_poll_ms is not None and resp.next_poll_ms > 0:
+                            wait = resp.next_poll_ms / 1000
+                        wait = max(self.config.min_poll_interval_s, wait)
                         if resp.status == m.STATUS_MATCH:
                             serve = self.workers.session if self.workers else self.session
                             task = asyncio.create_task(serve(sid, resp))
                             self.sessions.add(task)
                             task.add_done_callback(self.sessions.discard)
-                            sid = new_sid()
-                            continue  # poll again at once, as Tor's proxy does
-                        if resp.status != m.STATUS_NO_MATCH:
+                        elif resp.status != m.STATUS_NO_MATCH:
                             log.warning("broker: %s", resp.status)
-                            sid = new_sid()
-                    await _sleep_or_stop(stop, max(0.0, wait - (time.monotonic() - t0)))
+                    # 2.14 resets its ticker when the answer comes: the wait starts now.
+                    await _sleep_or_stop(stop, wait)
             finally:
-                helpers = [t for t in (retest, summaries) if t is not None]
+                helpers = [t for t in (retest, summaries, relay_watch) if t is not None]
                 for t in [*self.sessions, *helpers]:
                     t.cancel()
                 await asyncio.gather(*self.sessions, *helpers, return_exceptions=True)
+
+    async def check_relay_reachable(self) -> bool:
+        """Open and close a WebSocket to the default relay (2.12's
+        ``checkBridgeReachability``); :attr:`relay_reachable` says how it went."""
+        assert self._http is not None
+        try:
+            async with asyncio.timeout(self.config.broker_timeout_s):
+                ws = await self._http.ws_connect(self.config.relay, autoping=False,
+                                                 **_QUICK_CLOSE)
+                # Tor's proxy drops the connection without a closing handshake; a relay
+                # waiting for a Turbo Tunnel preamble would not answer one for seconds.
+                await ws.close()
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            if self.relay_reachable:
+                log.warning("connection to the relay failed: %s; not polling until it "
+                            "answers", exc)
+            self.relay_reachable = False
+            return False
+        if not self.relay_reachable:
+            log.info("the relay is reachable again")
+        self.relay_reachable = True
+        return True
+
+    async def _watch_relay(self, stop: asyncio.Event) -> None:
+        """Tor's ``ExpBackoff``: after a failure 5 min, doubling to 24 h; after a
+        success 24 h."""
+        wait = self.config.relay_recheck_max_s
+        failed = not self.relay_reachable
+        if failed:
+            wait = self.config.relay_recheck_min_s
+        while not stop.is_set():
+            await _sleep_or_stop(stop, wait)
+            if stop.is_set():
+                return
+            if await self.check_relay_reachable():
+                failed = False
+                wait = self.config.relay_recheck_max_s
+            else:
+                wait = (min(wait * 2, self.config.relay_recheck_max_s) if failed
+                        else self.config.relay_recheck_min_s)
+                failed = True
 
     async def _summaries(self, stop: asyncio.Event) -> None:
         """Tor's summary line every summary_interval_s (see :mod:`.summary`)."""

@@ -149,7 +149,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         allow_non_tls_relay=args.allow_non_tls_relay,
         allow_private_relay=args.allow_proxying_to_private_addresses,
         keep_local_addresses=args.keep_local_addresses, capacity=args.capacity,
-        poll_interval_s=args.poll_interval, nat=args.nat,
+        poll_interval_s=args.poll_interval, nat=args.nat, check_relay_reachable=True,
         nat_probe_url=args.nat_probe_server, nat_retest_interval_s=args.nat_retest_interval,
         datachannel_timeout_s=args.datachannel_timeout,
         summary_interval_s=args.summary_interval,

@@ -25,6 +25,15 @@ class ProxyConfig:
     keep_local_addresses: bool = False
     capacity: int = 0  # 0: unlimited
     poll_interval_s: float = 5.0
+    # Snowflake 2.14: a poll waits max(min_poll_interval_s, the broker's NextPoll, or
+    # poll_interval_s without one) after the previous poll's answer, a match included.
+    min_poll_interval_s: float = 1.0
+    # Snowflake 2.12+: poll only while a WebSocket to the default relay opens; checked
+    # at start, then after 5 min doubling to 24 h while it fails, else every 24 h.
+    # Off in the library (tests); the command line turns it on, as Tor's proxy has it.
+    check_relay_reachable: bool = False
+    relay_recheck_min_s: float = 300.0
+    relay_recheck_max_s: float = 24 * 3600.0
     # After consecutive failed polls (broker unreachable or answering errors) the
     # wait doubles from poll_interval_s up to this, and logging thins out with it.
     backoff_max_s: float = 300.0

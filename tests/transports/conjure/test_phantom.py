@@ -54,6 +54,23 @@ def test_random_port_above_the_transport_floor():
     assert select_port(REPO_SEED, "obfs4", select_phantom(REPO_SEED, fixed, False), True) == 443
 
 
+def test_port_rule_is_conjures_443_unless_the_group_lets_the_transport_choose():
+    """conjure v0.7.10 ``getPhantomDstPort``, gotapdance v1.7.10 ``UnidirectionalRegData``:
+    seen against Conjure's client, which dialled 443 for an SSH prefix (§9)."""
+    free = select_phantom(REPO_SEED, PhantomConfig(
+        [SubnetGroup.parse(1, ["198.18.200.0/24"], randomize_dst_port=True)]), v6=False)
+    fixed = select_phantom(REPO_SEED, PhantomConfig(
+        [SubnetGroup.parse(1, ["198.18.200.0/24"])]), v6=False)
+    assert select_port(REPO_SEED, "prefix", fixed, False, default_port=22) == 443
+    assert select_port(REPO_SEED, "prefix", fixed, True, default_port=22) == 443
+    assert select_port(REPO_SEED, "prefix", free, False, default_port=22) == 22
+    assert 1024 <= select_port(REPO_SEED, "prefix", free, True, default_port=22) < 65535
+    # client library 2 predates ports other than 443, whatever the group allows
+    assert select_port(REPO_SEED, "prefix", free, False, 22, client_lib_version=2) == 443
+    assert select_port(REPO_SEED, "min", free, True, client_lib_version=2) == 443
+    assert select_port(REPO_SEED, "min", free, True, client_lib_version=3) == 45649
+
+
 class Bytes:
     """A stream that hands out fixed bytes (the draws below are worked by hand)."""
 

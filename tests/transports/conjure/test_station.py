@@ -86,13 +86,13 @@ async def test_a_prefix_connection_reaches_the_covert_destination():
     echo, echo_port = await start_echo_server()
     secret = new_secret()
     phantom = str(select_phantom(derive_keys(secret).seed, CONFIG, False).address)
-    station, app, registrar = await station_with(lambda: (phantom, 22))
+    station, app, registrar = await station_with(lambda: (phantom, 443))
     try:
         status, _ = await post(registrar, build_registration(
             secret, "prefix", f"127.0.0.1:{echo_port}", 1, prefix_id=9))
         assert status == 204
         (reg,) = list(station.registry)
-        assert reg.port == 22  # OpenSSH2's default port
+        assert reg.port == 443  # the group allows no other: not OpenSSH2's 22
         reader, writer = await asyncio.open_connection(*app.sockets[0].getsockname()[:2])
         writer.write(prefix_hello(secret, STATION_KEY.public, 9) + b"over ssh-ish")
         assert await asyncio.wait_for(reader.readexactly(12), 5) == b"over ssh-ish"

@@ -39,7 +39,27 @@ def test_responses_keep_all_keys_or_omit_empty_ones_as_go_does():
 def test_go_escapes_html_characters():
     assert m.AnswerRequest("s", "<a&b>").encode() == \
         b'{"Version":"1.3","Sid":"s","Answer":"\\u003ca\\u0026b\\u003e"}'
-    assert m.AnswerRequest.decode(m.AnswerRequest("s", "<a&b>").encode()).answer == "<a&b>"
+    answer = m.encode_sdp("answer", "v=0\r\na=x:<a&b>\r\n")
+    assert m.AnswerRequest.decode(m.AnswerRequest("s", answer).encode()).answer == answer
+
+
+@pytest.mark.parametrize("text, ok", [
+    ('{"type":"answer","sdp":"v=0"}', True),
+    ('{"type":"pranswer","sdp":""}', True),      # 2.14.1 checks the JSON, not the SDP
+    ('{"type":"rollback","sdp":"x","extra":1}', True),
+    ('{"type":"answer"}', False),
+    ('{"Type":"answer","sdp":"v=0"}', False),    # a map in Go: keys are exact
+    ('{"type":"answer","sdp":5}', False),
+    ('{"type":"reply","sdp":"v=0"}', False),
+    ('["answer"]', False),
+    ("v=0", False),
+])
+def test_session_description_check_is_2_14_1s(text, ok):
+    if ok:
+        m.check_description(text)
+    else:
+        with pytest.raises(m.MessageError, match="malformed session description"):
+            m.check_description(text)
 
 
 @given(sid=TEXT.filter(bool), ptype=st.sampled_from(m.PROXY_TYPES),

@@ -57,7 +57,7 @@ async def test_polls_are_tor_shaped_and_a_bad_relay_is_refused_without_answering
                m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=10)]
     server, polls, answers = await scripted_broker(replies)
     cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=5.0,
-                      nat_probe_url="")
+                      min_poll_interval_s=0.01, nat_probe_url="")
     proxy = await run_proxy(cfg, lambda: len(polls) >= 4)
     await server.close()
     first = polls[0]
@@ -65,9 +65,93 @@ async def test_polls_are_tor_shaped_and_a_bad_relay_is_refused_without_answering
     assert first["Version"] == "1.3" and first["Type"] == "standalone"
     assert first["AcceptedRelayPattern"] == "snowflake.torproject.net$"
     assert len(first["Sid"]) == 22  # 16 random bytes, unpadded base64
-    assert polls[1]["Sid"] == polls[0]["Sid"]  # kept across "no match"
-    assert polls[2]["Sid"] != polls[1]["Sid"]  # renewed after a match
+    # 2.14.1: a new Sid for every poll, "no match" or not (2.5.1 kept one across them;
+    # measured: five polls of Tor's proxy, five Sids, docs/transports/snowflake.md §9)
+    assert len({p["Sid"] for p in polls}) == len(polls)
     assert answers == [] and proxy.stats.refused_relays == 1
+
+
+async def test_the_wait_after_each_answer_is_nextpoll_a_match_included_as_2_14s():
+    """2.14.1 resets its ticker to max(1 s, NextPoll) when each answer comes, a match
+    included; NextPoll absent or 0 means its own interval (2.5.1 polled at once after
+    a match and ignored NextPoll)."""
+    import time
+
+    times: list[float] = []
+    replies = [m.ProxyPollResponse(m.STATUS_MATCH, OFFER, "unknown", "wss://evil.example/", 300),
+               m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=0),
+               m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=50),
+               m.ProxyPollResponse(m.STATUS_NO_MATCH, next_poll_ms=1)]
+
+    async def proxy_ep(request: web.Request) -> web.Response:
+        times.append(time.monotonic())
+        await request.read()
+        reply = replies.pop(0) if replies else m.ProxyPollResponse(m.STATUS_NO_MATCH,
+                                                                    next_poll_ms=1)
+        return web.Response(body=reply.encode())
+
+    app = web.Application()
+    app.router.add_post("/proxy", proxy_ep)
+    server = TestServer(app)
+    await server.start_server()
+    cfg = ProxyConfig(broker=str(server.make_url("/")), stun=[], poll_interval_s=0.2,
+                      min_poll_interval_s=0.1, nat_probe_url="")
+    await run_proxy(cfg, lambda: len(times) >= 5)
+    await server.close()
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert 0.28 <= gaps[0] < 0.5, gaps  # after the match: its NextPoll, 300 ms
+    assert 0.18 <= gaps[1] < 0.35, gaps  # NextPoll 0: the proxy's own 200 ms
+    assert 0.09 <= gaps[2] < 0.2, gaps   # 50 ms, raised to the 100 ms floor
+    assert 0.09 <= gaps[3] < 0.2, gaps   # 1 ms, likewise
+
+
+async def test_no_polls_while_the_default_relay_is_unreachable_as_2_12s():
+    """Tor's proxy (2.12+) opens a WebSocket to its default relay before polling and
+    polls only while that works (measured: with the relay down, not one poll)."""
+    polls: list[bytes] = []
+    upgrades: list[str] = []
+    relay_up = False
+
+    async def proxy_ep(request: web.Request) -> web.Response:
+        polls.append(await request.read())
+        return web.Response(body=m.ProxyPollResponse(m.STATUS_NO_MATCH,
+                                                     next_poll_ms=10).encode())
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        if not relay_up:
+            return web.Response(status=503)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        upgrades.append(request.query_string)
+        # A bridge waits for the Turbo Tunnel preamble and answers no closing
+        # handshake; the check must not wait for one (it once took 10 s here).
+        await asyncio.sleep(5)
+        return ws
+
+    app = web.Application()
+    app.router.add_post("/proxy", proxy_ep)
+    app.router.add_get("/relay/", relay)
+    server = TestServer(app)
+    await server.start_server()
+    cfg = ProxyConfig(broker=str(server.make_url("/")), relay=str(server.make_url("/relay/")),
+                      stun=[], poll_interval_s=0.05, min_poll_interval_s=0.01,
+                      nat_probe_url="", check_relay_reachable=True,
+                      relay_recheck_min_s=0.3, relay_recheck_max_s=60)
+    proxy = SnowflakeProxy(cfg)
+    stop = asyncio.Event()
+    task = asyncio.create_task(proxy.run(stop))
+    await asyncio.sleep(0.25)
+    assert polls == [] and not proxy.relay_reachable
+    relay_up = True
+    for _ in range(100):  # the recheck after relay_recheck_min_s finds it up
+        if polls:
+            break
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await server.close()
+    assert polls and proxy.relay_reachable
+    assert upgrades == [""]  # the check names no client (no ?client_ip=)
 
 
 async def test_the_proxy_backs_off_while_the_broker_is_down_and_recovers(caplog):
