@@ -50,21 +50,21 @@ Attacks so far:
 
 The legitimate client is our own: a 64 KiB byte-exact echo through obfs4,
 ScrambleSuit, meek or the Snowflake bridge (each as a managed-mode PT server;
-the bridge's over a WebSocket and Turbo Tunnel, as a proxy would carry it),
-and the broker's ``/robots.txt`` compared with what it answered before the
-attack. The exchange during the attack runs in a process of its own, as a
-client on another machine would: one sharing the attackers' event loop waits
-behind their callbacks, long enough under a burst for its connection to reach
-the server with nothing sent. Like tor with a bridge, that client tries again
-after a failure, a second later, up to three tries in all; the row names the
-try that got in ("ok(try2)"). A burst of connections larger than a server's
-cap can close a client's connection before its hello is read (the reset flood
-at ``--quick``'s budget: waves of 100 into a cap of 64); room is left when the
-client gets in. The upstream echoes, or, for a connection whose first byte is ``F``,
-sends without end. The attackers connect from their own address (127.77.0.1),
-and the ``addresses`` column counts the server's log lines that name it; a row
-fails on any (or on any other 127.77.0.x: the never-read rows use 16), on a
-traceback, on more than 2 MiB of log, or on a peak RSS over
+the bridge's over a WebSocket and Turbo Tunnel, as a proxy would carry it), and
+the broker's ``/robots.txt`` compared with what it answered before the attack.
+The exchange during the attack runs in a process of its own, as a client on
+another machine would: one sharing the attackers' event loop waits behind their
+callbacks, long enough under a burst for its connection to reach the server with
+nothing sent. Like tor with a bridge, that client tries again after a failure, a
+second later, up to three tries in all; the row names the try that got in and
+why the first failed ("ok(try2:TimeoutError)"). A burst of connections larger
+than a server's cap can close a client's connection before its hello is read
+(the reset flood at ``--quick``'s budget: waves of 100 into a cap of 64); room
+is left when the client gets in. The upstream echoes, or, for a connection whose
+first byte is ``F``, sends without end. The attackers connect from their own
+address (127.77.0.1), and the ``addresses`` column counts the server's log lines
+that name it; a row fails on any (or on any other 127.77.0.x: the never-read
+rows use 16), on a traceback, on more than 2 MiB of log, or on a peak RSS over
 300 MiB. The first line of the table gives the load average at the end: the
 figures are only comparable on a machine that was not busy.
 
@@ -322,14 +322,25 @@ async def snowflake_exchange(server: Endpoint, timeout_s: float) -> str:
         return await WebSocketCarrier.connect(bridge_url(server))
     session = TurboTunnelSession(dial).start()
     expected = (PATTERN * (DOWNLOAD // len(PATTERN))) if server.download else EXCHANGE
+    got = bytearray()
+    stage = "open"
     try:
         reader, writer = await asyncio.wait_for(session.open_stream(), timeout_s)
         if not server.download:
             writer.write(EXCHANGE)
-        got = await asyncio.wait_for(reader.readexactly(len(expected)), timeout_s)
+        stage = "read"
+
+        async def read_all() -> None:
+            while len(got) < len(expected):
+                chunk = await reader.read(len(expected) - len(got))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(bytes(got), len(expected))
+                got.extend(chunk)
+        await asyncio.wait_for(read_all(), timeout_s)
         writer.close()
-    except Exception as exc:  # any failure is the row's result, named
-        return f"FAIL ({type(exc).__name__})"
+    except Exception as exc:  # any failure is the row's result, named with its stage
+        where = "open" if stage == "open" else f"{len(got) // 1024}KiB"
+        return f"FAIL ({type(exc).__name__}@{where})"
     finally:
         await session.close()
     return "ok" if got == expected else "FAIL (bytes differ)"
@@ -379,11 +390,17 @@ async def legit_exchange_apart(server: Server, timeout_s: float) -> str:
 
 
 async def legit_exchange_with_tries(endpoint: Endpoint, timeout_s: float) -> str:
-    """Up to LEGIT_TRIES exchanges, RETRY_PAUSE_S apart, until one succeeds."""
+    """Up to LEGIT_TRIES exchanges, RETRY_PAUSE_S apart, until one succeeds. A
+    success after a failure says which try it was and why the first one failed
+    (``ok(try2:TimeoutError)``): a row that passes only on a retry is not the
+    same result as one that passes at once."""
+    first_failure = ""
     for attempt in range(1, LEGIT_TRIES + 1):
         result = await legit_exchange(endpoint, timeout_s)
         if result == "ok":
-            return "ok" if attempt == 1 else f"ok(try{attempt})"
+            return "ok" if attempt == 1 else f"ok(try{attempt}:{first_failure})"
+        first_failure = first_failure or \
+            result.removeprefix("FAIL (").rstrip(")").replace(" ", "-")
         if attempt < LEGIT_TRIES:
             await asyncio.sleep(RETRY_PAUSE_S)
     return result
@@ -870,10 +887,10 @@ def main(argv: list[str] | None = None) -> int:
                                                 Path(tmp) / name, rate, hold_s)))
     print(f"servers under a descriptor limit of {nofile}; {os.getloadavg()[0]:.2f} load "
           f"(1 min) on {os.cpu_count()} CPUs at the end")
-    print(f"{'server':<20} {'attack':<18} {'during':<18} {'after':<18} {'RSS MiB':>8} "
+    print(f"{'server':<20} {'attack':<18} {'during':<26} {'after':<18} {'RSS MiB':>8} "
           f"{'fds':>6} {'log B':>9} {'tracebacks':>10} {'addresses':>9}")
     for r in rows:
-        print(f"{r.server:<20} {r.attack:<18} {r.during:<18} {r.after:<18} "
+        print(f"{r.server:<20} {r.attack:<18} {r.during:<26} {r.after:<18} "
               f"{r.peak_rss_mib:>8} {r.peak_fds:>6} {r.log_bytes:>9} {r.tracebacks:>10} "
               f"{r.addresses:>9}")
     for r in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
                                      ["snowflake-unread-lab", "never-read", "x100"]]
     for r in rows:
         # During the flood, the client gets in within its three tries; after it, at once.
-        assert r[3] in ("ok", "ok(try2)", "ok(try3)") and r[4] == "ok", r
+        assert re.fullmatch(r"ok|ok\(try[23]:\S+\)", r[3]) and r[4] == "ok", r
         assert int(r[6]) < 256 and int(r[8]) == 0, r  # descriptors to spare, no tracebacks
         assert int(r[9]) == 0, r  # no log line names the attackers' address
         assert float(r[5]) <= 300, r  # peak RSS within the goal

@@ -1,7 +1,9 @@
 """Every server, started as its operator starts it, meets strangers: a handshake
 that fails and a connection reset, from an address of their own. Its log must
 name no client address, hold no traceback (a relay still open when it is told
-to stop included), and count the failures (issue 48, docs/transports/budgets.md §3).
+to stop included: an obfs4 or ScrambleSuit connection, a Snowflake client's
+Turbo Tunnel stream), and count the failures (issue 48,
+docs/transports/budgets.md §3). The server must also stop within 15 s.
 
 The servers: the lab's own (``transports.lab_mode`` for obfs4 and ScrambleSuit),
 ``ptlab pt``'s managed mode with every server transport that listens on its own
@@ -29,6 +31,8 @@ import pytest
 from ptlab.processes.ptparent import parse_method
 from tests.support.echo import start_echo_server
 from transports import base
+from transports.snowflake.carriers import WebSocketCarrier
+from transports.snowflake.turbotunnel.redial import TurboTunnelSession
 
 # The strangers' source address: any log line naming it names a client.
 STRANGER = "127.77.0.9"
@@ -219,6 +223,21 @@ async def open_session(listener: Listener) -> tuple[asyncio.StreamReader, asynci
     return reader, writer
 
 
+async def open_turbotunnel_session(listener: Listener) -> TurboTunnelSession:
+    """A Snowflake client's Turbo Tunnel session, as a proxy carries it over a
+    WebSocket, with one stream still relaying when the bridge is told to stop (a
+    stream's smux failure at exit once escaped the relay as a traceback, issue 48)."""
+    url = f"ws://{listener.host}:{listener.port}/"
+
+    async def dial() -> WebSocketCarrier:
+        return await WebSocketCarrier.connect(url)
+    session = TurboTunnelSession(dial).start()
+    reader, writer = await asyncio.wait_for(session.open_stream(), 15)
+    writer.write(b"still here")
+    assert await asyncio.wait_for(reader.readexactly(10), 15) == b"still here"
+    return session
+
+
 STARTERS: dict[str, Callable[[Path, int], Awaitable[Server]]] = {
     "lab-obfs4": lambda tmp, up: lab_server(tmp, up, "obfs4"),
     "lab-scramblesuit": lambda tmp, up: lab_server(tmp, up, "scramblesuit"),
@@ -249,17 +268,22 @@ async def test_a_server_logs_failures_without_addresses_or_tracebacks(name, tmp_
     echo, upstream = await start_echo_server()
     server = await STARTERS[name](tmp_path, upstream)
     sessions = []
+    tunnels: list[TurboTunnelSession] = []
     try:
         for listener in server.listeners:
             await failed_handshake(listener)
             await reset_midway(listener)
             if listener.kind == "stream":
                 sessions.append(await open_session(listener))
+            elif listener.kind == "websocket":
+                tunnels.append(await open_turbotunnel_session(listener))
         await asyncio.sleep(1.2)  # a counted line is written within a second
     finally:
         await stop(server)
         for _, writer in sessions:
             writer.close()
+        for tunnel in tunnels:
+            await tunnel.close()
         echo.close()
     text = server.text()
     assert STRANGER not in text, text

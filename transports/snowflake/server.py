@@ -196,6 +196,7 @@ class SnowflakeBridge:
         self.app = web.Application()
         self.app.router.add_get("/{tail:.*}", self._websocket)
         self.app.on_startup.append(self._start_expiry)
+        self.app.on_shutdown.append(self._close_websockets)
         self.app.on_cleanup.append(self._cleanup)
         self._tasks: list[asyncio.Task[None]] = []
         self._links: dict[web.WebSocketResponse, _Link] = {}
@@ -239,6 +240,14 @@ class SnowflakeBridge:
         self.stats.relieved = self.buffer.relieved
         self.stats.peak_client_buffer = self.buffer.peak
         return self.stats
+
+    async def _close_websockets(self, _app: web.Application) -> None:
+        """At shutdown, before aiohttp waits for its handlers (up to a minute): a
+        WebSocket's handler lasts as long as its session, so each is cut here and
+        its handler ends at once (a client that reads nothing could not take a
+        close frame anyway)."""
+        for link in list(self._links.values()):
+            link.transport.abort()
 
     async def _cleanup(self, _app: web.Application) -> None:
         for task in self._tasks:
