@@ -8,8 +8,10 @@ finally-blocks take its lab down.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -57,6 +59,21 @@ def new_run_dir(prefix: str = "") -> Path:
     from datetime import datetime
 
     return results_root() / f"{prefix}{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+@contextlib.contextmanager
+def no_empty_run_dir(out: Path) -> Iterator[None]:
+    """Remove ``out`` again if the run fails before writing anything into it (the
+    VMs were not up, the lab could not start): no empty results directory is
+    left behind to be taken for a run."""
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if not existed and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+        raise
 
 
 def die(msg: str, code: int = EXIT_USAGE) -> int:

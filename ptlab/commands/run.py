@@ -22,6 +22,7 @@ from .common import (
     load_run_spec,
     make_quick,
     new_run_dir,
+    no_empty_run_dir,
     results_root,
     run_exit_status,
     term_to_exit,
@@ -105,8 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return die("--executor dask needs --scheduler tcp://HOST:PORT")
         executor = (DaskExecutor(spec, out, scheduler=args.scheduler)
                     if args.executor == "dask" else DaskExecutor(spec, out, jobs=args.jobs))
-    outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id, prior=prior,
-                             executor=executor)
+    with no_empty_run_dir(out):
+        outcome = run_experiment(spec, out, console=console, lab_id=args.lab_id, prior=prior,
+                                 executor=executor)
     console.print(f"report: [bold]{outcome.report}[/]")
     write_junit(outcome, spec, args.junit)
     return run_exit_status(outcome)

@@ -19,6 +19,7 @@ from .common import (
     load_run_spec,
     make_quick,
     new_run_dir,
+    no_empty_run_dir,
     run_exit_status,
     term_to_exit,
     wide_console,
@@ -136,7 +137,8 @@ def cmd_vm_run(args: argparse.Namespace) -> int:
             vms, label = VagrantMachines(work), "the three VMs"
         runner = VmRunner(spec, out, vms, work=work, log=console.print, label=label)
     term_to_exit()
-    outcome = run_experiment(spec, out, console=console, runner=runner)
+    with no_empty_run_dir(out):
+        outcome = run_experiment(spec, out, console=console, runner=runner)
     console.print(f"report: [bold]{outcome.report}[/]")
     write_junit(outcome, spec, args.junit)
     return run_exit_status(outcome)

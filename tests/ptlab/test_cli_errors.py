@@ -91,7 +91,10 @@ def test_vm_run_without_vms_says_why_in_one_line(tmp_path):
     # machine (/var/lib/ptlab/vm-qemu) are not this test's to find.
     env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vh"), "VAGRANT_DEFAULT_PROVIDER": "none",
            "PTLAB_VM_STATE": str(tmp_path / "qemu-state")}
-    proc = ptlab("vm", "run", "experiments/vm.toml", env=env)
+    out = tmp_path / "results" / "vm1"
+    proc = ptlab("vm", "run", "experiments/vm.toml", "--results", str(out), env=env)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ptlab: ") and ("vagrant" in last or "VMs" in last), proc.stderr
+    # No empty results directory is left to be taken for a run.
+    assert not out.exists()
