@@ -450,7 +450,9 @@ def provenance(
         "profiles": {str(p): sha256_file(Path(p)) for p in profile_files},
         "peers": {b: binary_version(b) for b in peer_binaries},
         # The real peers built from their Go modules (scripts/setup --peers):
-        # module, version, module sum, Go version, tags and SHA-256 of each binary.
+        # module, version, module sum, Go version, tags and SHA-256 of each binary
+        # (docs/lab/peers.md §1.3), and those the module proxy kept from being built.
         "built_peers": built_peers.provenance(),
+        "peers_not_built": built_peers.failures(),
         "python_deps": python_dep_versions(),
     }

