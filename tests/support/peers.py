@@ -56,3 +56,8 @@ def fake_manifest(directory: Path, tool: str, module: str, version: str,
     (directory / peers.MANIFEST).write_text(json.dumps(
         {"schema": peers.MANIFEST_SCHEMA, "peers": {tool: entry}, "failed": {}}))
     return binary
+
+
+def pin(tool: str) -> peers.Pin:
+    """The pin in scripts/peers.toml that builds ``tool``."""
+    return next(p for p in peers.load_pins() if tool in p.packages)
