@@ -12,7 +12,6 @@ Tor does.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,12 +177,12 @@ class LabPlugin:
     def missing(self, options: dict[str, Any]) -> str | None:
         """What this row needs and this machine lacks, in one line, or None: a binary
         not on PATH, or a tool that cannot be found."""
-        missing = [b for b in self.needed_binaries(options) if shutil.which(b) is None]
+        missing = [b for b in self.needed_binaries(options) if peer_path(b) is None]
         if missing:
             return (f"{', '.join(missing)} not installed: install "
                     f"{'it' if len(missing) == 1 else 'them'}, or fix the row's "
                     "`binaries` (scripts/setup installs the Debian tools ptlab's own "
-                    "rows use)")
+                    "rows use; scripts/setup --peers builds the real peers)")
         for name in self.tools():
             try:
                 self.resolve_tool(name)
