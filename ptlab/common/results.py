@@ -410,7 +410,8 @@ def binary_version(binary: str, timeout: float = 3.0) -> str:
         line = _first_line(_run([exe, flag], timeout=timeout))
         if line:
             return line
-    return "unknown"
+    # A built peer with no version flag (Tor's webtunnel-server) is its pin.
+    return built[1].removeprefix("peers ") if built else "unknown"
 
 
 def python_dep_versions(names: Iterable[str] = PYTHON_DEPS) -> dict[str, str]:

@@ -246,6 +246,8 @@ def test_a_run_records_the_manifest_in_its_provenance(tmp_path, fake_go, monkeyp
         "package": "example.org/peer/cmd/a", "verified": True}
     assert a["sha256"] == hashlib.sha256((base / "bin/peer-a").read_bytes()).hexdigest()
     assert set(prov["built_peers"]) == {"peer-a", "peer-b"}
+    # A built peer that prints no version is named by its pin among the run's peers.
+    assert prov["peers"] == {"peer-a": "example.org/peer@v1.2.3"}
     assert prov["peers_not_built"]["gone"]["refused"][0]["answer"].startswith("403 Forbidden")
     # A binary changed after the build is recorded as such, not passed off as the build.
     (base / "bin" / "peer-b").write_text("#!/bin/sh\n# swapped\n")

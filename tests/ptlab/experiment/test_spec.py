@@ -42,7 +42,6 @@ def test_good_spec():
 def test_the_full_matrix_has_every_shipped_profile_and_plugin():
     from censor_sim.profile import available
     from ptlab import plugins
-
     from ptlab.common import peers
 
     spec = load_spec(REPO / "experiments" / "full.toml", plugins.available(), available())
