@@ -150,7 +150,9 @@ def test_without_opengfw_the_benchmark_names_the_command_that_builds_it(tmp_path
                                                                         capsys):
     monkeypatch.setenv("PTLAB_PEERS_DIR", str(tmp_path / "none"))
     assert load().main(["--mix-flows", "10"]) == 2
-    assert "peer opengfw is not built: run `scripts/setup --peers`" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "peer opengfw (github.com/apernet/OpenGFW@" in err
+    assert "is not built: run `scripts/setup --peers`" in err
 
 
 @peers.needs("opengfw")

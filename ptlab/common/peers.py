@@ -1,38 +1,28 @@
-"""The real peers built from their Go modules: pins, the build, and the manifest.
+"""The real peers built from their Go modules: pins, the manifest, and finding them.
 
 ptlab's claim is wire compatibility with the real systems, and the real systems'
 current releases are Go modules that Debian does not ship (lyrebird, Snowflake's
 current release, WebTunnel's server, Refraction Networking's Conjure client,
 sing-box with ``with_utls``, Xray, OpenGFW). ``scripts/setup --peers`` builds them
-at the versions pinned in ``scripts/peers.toml`` into ``.peers/`` in the checkout
-(docs/lab/peers.md §1):
-
-- each peer is built in a throwaway main module that requires the pinned module
-  and nothing else, so dependency selection is the module's own go.mod, as with
-  ``go install pkg@version`` (which cannot be used here: it asks the proxy for the
-  module's version list to check deprecation, and the proxy refuses most lists,
-  docs/lab/peers.md §2);
-- a peer is rebuilt only when its pin changes (its table's hash);
-- ``.peers/manifest.json`` records for every binary its module path, version, the
-  module's checksum, Go version, build tags, ldflags and SHA-256.
+(:mod:`ptlab.common.peerbuild`) at the versions pinned in ``scripts/peers.toml``
+into ``.peers/`` in the checkout, and ``.peers/manifest.json`` records for every
+binary its module path, version, the module's checksum, Go version, build tags,
+ldflags, the replacements applied and SHA-256; a peer that could not be built is
+recorded with why, the module proxy's answer included (docs/lab/peers.md §1, §2).
 
 :func:`locate` is how :mod:`ptlab.common.tools` finds a built peer by tool name,
-and :func:`provenance` is what a run records of them.
+:func:`provenance` is what a run records of them, and :class:`ToolMissing` is
+what a test that needs an absent peer skips with.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
 import tomllib
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +33,9 @@ ENV_DIR = "PTLAB_PEERS_DIR"
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 BUILD_COMMAND = "scripts/setup --peers"
+#: Bumped whenever the way a peer is built changes (peerbuild), so that every
+#: peer built the old way counts as out of date and is rebuilt.
+RECIPE = 2
 
 
 def peers_dir() -> Path:
@@ -61,17 +54,13 @@ class Pin:
     tags: tuple[str, ...] = ()
     ldflags: str = ""
     go: str = ""  # a newer toolchain to export as GOTOOLCHAIN, "" for the local one
-    # The peer's own go.mod `replace` lines ("old => new version"), which Go applies
-    # only in the main module: restated in the throwaway one, or the build fails.
-    replace: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
-        """What the binaries depend on: a change here, and only here, rebuilds them."""
-        text = json.dumps([self.module, self.version, sorted(self.packages.items()),
-                           list(self.tags), self.ldflags, self.go]
-                          + ([list(self.replace)] if self.replace else []), sort_keys=True)
+        """What the binaries depend on: a change here (or to :data:`RECIPE`), and only
+        here, rebuilds them."""
+        text = json.dumps([RECIPE, self.module, self.version, sorted(self.packages.items()),
+                           list(self.tags), self.ldflags, self.go], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def package_path(self, package: str) -> str:
@@ -82,7 +71,7 @@ class Pin:
             "{number}", self.version.removeprefix("v"))
 
 
-_PIN_KEYS = {"module", "version", "packages", "tags", "ldflags", "go", "replace"}
+_PIN_KEYS = {"module", "version", "packages", "tags", "ldflags", "go"}
 
 
 def load_pins(path: Path = PINS) -> list[Pin]:
@@ -95,9 +84,11 @@ def load_pins(path: Path = PINS) -> list[Pin]:
         unknown = set(table) - _PIN_KEYS
         if unknown:
             raise ValueError(f"{path}: [{name}] has unknown keys {sorted(unknown)}")
+        if not isinstance(table["packages"], dict) or not table["packages"]:
+            raise ValueError(f"{path}: [{name}] packages must name at least one tool")
         pins.append(Pin(name, table["module"], table["version"], dict(table["packages"]),
                         tuple(table.get("tags", ())), table.get("ldflags", ""),
-                        table.get("go", ""), tuple(table.get("replace", ()))))
+                        table.get("go", "")))
     return pins
 
 
@@ -107,9 +98,11 @@ def read_manifest(directory: Path | None = None) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {"schema": MANIFEST_SCHEMA, "peers": {}}
-    if data.get("schema") != MANIFEST_SCHEMA:
-        return {"schema": MANIFEST_SCHEMA, "peers": {}}
+        return {"schema": MANIFEST_SCHEMA, "peers": {}, "failed": {}}
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        return {"schema": MANIFEST_SCHEMA, "peers": {}, "failed": {}}
+    data.setdefault("peers", {})
+    data.setdefault("failed", {})
     return data
 
 
@@ -136,6 +129,31 @@ def locate(name: str, directory: Path | None = None) -> tuple[str, str] | None:
     return str(path.resolve()), f"peers {entry['module']}@{entry['version']}"
 
 
+def why_missing(name: str, directory: Path | None = None, pins: Path = PINS) -> str:
+    """Why tool ``name`` is not built, as a skip reason: the peer, the command that
+    builds it and, when the last build failed, why (a refused module named with
+    the proxy's answer)."""
+    peer = next((p for p in _pins_or_empty(pins) if name in p.packages), None)
+    what = f"peer {name}" + (f" ({peer.module}@{peer.version})" if peer else "")
+    reason = f"{what} is not built: run `{BUILD_COMMAND}` (pinned in scripts/peers.toml)"
+    failure = read_manifest(directory).get("failed", {}).get(peer.name if peer else "")
+    if not failure:
+        return reason
+    refused = failure.get("refused") or []
+    if refused:
+        first = refused[0]
+        return (f"{reason}; its last build could not fetch {first['module']}@"
+                f"{first['version']}: the module proxy answered {first['answer']}")
+    return f"{reason}; its last build failed: {failure.get('error', '?').splitlines()[-1]}"
+
+
+def _pins_or_empty(path: Path) -> list[Pin]:
+    try:
+        return load_pins(path)
+    except (OSError, ValueError):
+        return []
+
+
 def require(name: str) -> str:
     """Path of built peer tool ``name``; for tests, which skip on the ToolMissing."""
     found = locate(name)
@@ -147,29 +165,12 @@ def require(name: str) -> str:
 class ToolMissing(LookupError):
     """A peer tool that is not built; the message names it and the build command."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"peer {name} is not built: run `{BUILD_COMMAND}` "
-                         f"(pinned in scripts/peers.toml)")
+    def __init__(self, name: str, directory: Path | None = None) -> None:
+        super().__init__(why_missing(name, directory))
         self.tool = name
 
 
-def provenance(directory: Path | None = None) -> dict[str, Any]:
-    """Every built peer binary as a run records it: module, version, module sum,
-    Go version, build tags, ldflags, SHA-256."""
-    manifest = read_manifest(directory)
-    out: dict[str, Any] = {}
-    for peer, entry in manifest.get("peers", {}).items():
-        for tool, info in entry.get("tools", {}).items():
-            out[tool] = {"peer": peer, "module": entry["module"], "version": entry["version"],
-                         "module_sum": entry.get("module_sum"), "go": entry.get("go"),
-                         "tags": entry.get("tags", []), "ldflags": entry.get("ldflags", ""),
-                         "package": info["package"], "sha256": info["sha256"]}
-    return out
-
-
-# -- the build -------------------------------------------------------------------
-
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -177,156 +178,42 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def up_to_date(pin: Pin, entry: dict[str, Any] | None, base: Path) -> bool:
-    """The manifest's entry was built from this pin and its binaries are unchanged."""
-    if not entry or entry.get("key") != pin.key or set(entry.get("tools", {})) != set(pin.packages):
-        return False
-    for info in entry["tools"].values():
-        path = base / info["path"]
-        if not path.is_file() or _sha256(path) != info["sha256"]:
-            return False
-    return True
+@lru_cache(maxsize=64)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    """The hash of a file as it is now (size and mtime key the cache, so a run that
+    records provenance often hashes each binary once)."""
+    return sha256_file(Path(path))
 
 
-def _go_env(pin: Pin) -> dict[str, str]:
-    env = dict(os.environ, CGO_ENABLED="0")
-    if pin.go:
-        env["GOTOOLCHAIN"] = pin.go
-    return env
-
-
-def _module_sum(go: str, binary: Path, module: str, env: dict[str, str]) -> tuple[str, str | None]:
-    """(Go version, the pinned module's h1: checksum) from the binary's build info."""
-    out = subprocess.run([go, "version", "-m", str(binary)], capture_output=True, text=True,
-                         env=env, check=True).stdout
-    go_version = out.splitlines()[0].split(":", 1)[1].strip()
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[0] == "dep" and fields[1] == module:
-            return go_version, fields[3]
-    return go_version, None
-
-
-def build_one(pin: Pin, base: Path, go: str = "go") -> dict[str, Any]:
-    """Build ``pin``'s packages into ``base/bin``; its manifest entry.
-
-    Raises CalledProcessError (with the go command's output) when the build fails.
-    """
-    src = base / "src" / pin.name
-    if src.exists():
-        shutil.rmtree(src)
-    src.mkdir(parents=True)
-    # A main module that requires the peer and nothing else: go fills in the rest
-    # from the peer's own go.mod (-mod=mod) and checks every sum against sum.golang.org.
-    (src / "go.mod").write_text(f"module ptlab.invalid/peers/{pin.name}\n\ngo 1.22\n\n"
-                                f"require {pin.module} {pin.version}\n"
-                                + "".join(f"\nreplace {r}\n" for r in pin.replace))
-    env = _go_env(pin)
-    bindir = base / "bin"
-    bindir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    tools = {}
-    for tool, package in pin.packages.items():
-        out = bindir / tool
-        tmp = bindir / f".{tool}.building"
-        cmd = [go, "build", "-mod=mod", "-trimpath", "-o", str(tmp)]
-        if pin.tags:
-            cmd += ["-tags", ",".join(pin.tags)]
-        if pin.ldflags:
-            cmd += ["-ldflags", pin.rendered_ldflags()]
-        cmd.append(pin.package_path(package))
-        subprocess.run(cmd, cwd=src, env=env, check=True, capture_output=True, text=True)
-        tmp.replace(out)
-        tools[tool] = {"package": pin.package_path(package),
-                       "path": str(out.relative_to(base)), "sha256": _sha256(out)}
-    go_version, module_sum = _module_sum(go, out, pin.module, env)
-    return {"key": pin.key, "module": pin.module, "version": pin.version,
-            "module_sum": module_sum, "go": go_version, "tags": list(pin.tags),
-            "ldflags": pin.rendered_ldflags(), "tools": tools,
-            "build_seconds": round(time.monotonic() - started, 1),
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds")}
-
-
-def _write_manifest(base: Path, manifest: dict[str, Any]) -> None:
-    tmp = base / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    tmp.replace(base / MANIFEST)
-
-
-def build(pins: list[Pin], base: Path, go: str = "go", say: Any = print,
-          pinned: set[str] | None = None) -> int:
-    """Build what is not up to date; the number of peers that failed.
-
-    A peer that fails (the module proxy refuses a version, a compile error) is
-    reported with the go command's last lines and recorded under ``failed``;
-    the others are built all the same. ``pinned`` (default: ``pins``' names) is
-    every peer the pins file still names; the manifest forgets the rest.
-    """
-    base.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(base)
-    manifest["failed"] = {}
-    failed = 0
-    for pin in pins:
-        entry = manifest["peers"].get(pin.name)
-        if up_to_date(pin, entry, base):
-            say(f"{pin.name}: {pin.module}@{pin.version} up to date")
-            continue
-        say(f"{pin.name}: building {pin.module}@{pin.version} "
-            f"({', '.join(pin.packages)}{'; tags ' + ','.join(pin.tags) if pin.tags else ''})")
-        try:
-            manifest["peers"][pin.name] = build_one(pin, base, go)
-        except subprocess.CalledProcessError as exc:
-            failed += 1
-            tail = "\n".join((exc.stderr or exc.stdout or "").strip().splitlines()[-6:])
-            say(f"{pin.name}: FAILED\n{tail}")
-            manifest["peers"].pop(pin.name, None)
-            manifest["failed"][pin.name] = {"module": pin.module, "version": pin.version,
-                                            "error": tail}
-        else:
-            say(f"{pin.name}: built in {manifest['peers'][pin.name]['build_seconds']} s")
-        _write_manifest(base, manifest)
-    # Peers no longer pinned are dropped from the manifest (their binaries stay
-    # until the directory is removed; nothing finds them any more).
-    pinned = pinned if pinned is not None else {p.name for p in pins}
-    manifest["peers"] = {k: v for k, v in manifest["peers"].items() if k in pinned}
-    _write_manifest(base, manifest)
-    return failed
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ptlab.common.peers",
-        description="Build the real peers pinned in scripts/peers.toml into .peers/ "
-                    "(docs/lab/peers.md).")
-    parser.add_argument("--pins", type=Path, default=PINS)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="default: .peers/ or $PTLAB_PEERS_DIR")
-    parser.add_argument("--only", action="append", default=[], metavar="PEER",
-                        help="build only this peer (repeatable)")
-    parser.add_argument("--go", default="go", help="the go command")
-    args = parser.parse_args(argv)
+def current_sha256(path: Path) -> str | None:
+    """SHA-256 of the file now, None when it is gone."""
     try:
-        pins = load_pins(args.pins)
-    except (OSError, ValueError) as exc:
-        print(f"peers: {exc}", file=sys.stderr)
-        return 2
-    every = {p.name for p in pins}
-    if args.only:
-        unknown = set(args.only) - {p.name for p in pins}
-        if unknown:
-            print(f"peers: not pinned: {', '.join(sorted(unknown))}", file=sys.stderr)
-            return 2
-        pins = [p for p in pins if p.name in args.only]
-    if shutil.which(args.go) is None:
-        print(f"peers: no {args.go} command: install Go (1.22 or newer)", file=sys.stderr)
-        return 2
-    started = time.monotonic()
-    failed = build(pins, args.dir or peers_dir(), args.go,
-                   lambda m: print(f"peers: {m}", file=sys.stderr, flush=True), every)
-    print(f"peers: done in {time.monotonic() - started:.0f} s, {failed} failed",
-          file=sys.stderr)
-    return 1 if failed else 0
+        st = path.stat()
+    except OSError:
+        return None
+    return _sha256_cached(str(path), st.st_size, st.st_mtime_ns)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def provenance(directory: Path | None = None) -> dict[str, Any]:
+    """Every built peer binary as a run records it: module, version, module sum, Go
+    version, build tags, ldflags, replacements, SHA-256, and whether the binary on
+    disk still has that SHA-256 (``verified``)."""
+    base = directory or peers_dir()
+    manifest = read_manifest(base)
+    out: dict[str, Any] = {}
+    for peer, entry in manifest.get("peers", {}).items():
+        for tool, info in entry.get("tools", {}).items():
+            out[tool] = {"peer": peer, "module": entry["module"], "version": entry["version"],
+                         "module_sum": entry.get("module_sum"), "go": entry.get("go"),
+                         "tags": entry.get("tags", []), "ldflags": entry.get("ldflags", ""),
+                         "replace": entry.get("replace", []),
+                         "package": info["package"], "sha256": info["sha256"],
+                         "verified": current_sha256(base / info["path"]) == info["sha256"]}
+    return out
+
+
+def failures(directory: Path | None = None) -> dict[str, Any]:
+    """The pinned peers whose last build failed: module, version, and the modules
+    the module proxy refused (with its answer), as a run records them."""
+    return {peer: {k: v for k, v in entry.items() if k in ("module", "version", "refused")}
+            for peer, entry in read_manifest(directory).get("failed", {}).items()}

@@ -410,7 +410,8 @@ def binary_version(binary: str, timeout: float = 3.0) -> str:
         line = _first_line(_run([exe, flag], timeout=timeout))
         if line:
             return line
-    return "unknown"
+    # A built peer with no version flag (Tor's webtunnel-server) is its pin.
+    return built[1].removeprefix("peers ") if built else "unknown"
 
 
 def python_dep_versions(names: Iterable[str] = PYTHON_DEPS) -> dict[str, str]:
@@ -450,7 +451,9 @@ def provenance(
         "profiles": {str(p): sha256_file(Path(p)) for p in profile_files},
         "peers": {b: binary_version(b) for b in peer_binaries},
         # The real peers built from their Go modules (scripts/setup --peers):
-        # module, version, module sum, Go version, tags and SHA-256 of each binary.
+        # module, version, module sum, Go version, tags and SHA-256 of each binary
+        # (docs/lab/peers.md §1.3), and those the module proxy kept from being built.
         "built_peers": built_peers.provenance(),
+        "peers_not_built": built_peers.failures(),
         "python_deps": python_dep_versions(),
     }

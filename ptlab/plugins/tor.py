@@ -18,6 +18,8 @@
   loopback behind Debian's nginx (the ``webtunnel`` row's site and secret
   path); the client's tor runs our WebTunnel client PT with the bridge line
   Tor publishes for such a bridge, synthetic address and all.
+* ``tor+webtunnel-tor-server`` - the same, with Tor's own WebTunnel server PT
+  (built by ``scripts/setup --peers``) in the bridge's tor (docs/lab/peers.md §3.2).
 
 The workloads go through the client tor's SOCKS port to the web node, over
 a three-hop circuit, byte-exact as for every row. The network starts once
@@ -37,7 +39,7 @@ from transports.webtunnel.synthetic import bridge_line as webtunnel_bridge_line
 from ..common.labview import namespace_lab
 from ..common.wellknown import CONJURE_EDGE_NAME, MEEK_EDGE_NAME, MEEK_PORT
 from ..tor.network import BRIDGE_ORPORT, TORNET, TorNetwork, existing, shared
-from .base import CellContext, Endpoint, LabPlugin, Service
+from .base import CellContext, Endpoint, LabPlugin, Service, peer_path
 from .conjure import PHANTOMS as CONJURE_PHANTOMS
 from .conjure import PLUGIN as CONJURE
 from .snowflake import BRIDGE_PORT as SNOWFLAKE_BRIDGE_PORT
@@ -63,8 +65,17 @@ class TorPlugin(LabPlugin):
     # The first consensus takes about 10 s, a bootstrap through a bridge a few more.
     bootstrap_floor_s = 45.0
 
-    def __init__(self, name: str, transport: str | None, description: str) -> None:
+    def __init__(self, name: str, transport: str | None, description: str,
+                 server_pt: str | None = None) -> None:
         self.name, self.transport, self.description = name, transport, description
+        # A real peer's server PT for the bridge's tor (a tool name that
+        # scripts/setup --peers builds), None for ours.
+        self.server_pt = server_pt
+
+    def _server_command(self) -> str:
+        if self.server_pt is None:
+            return PT_COMMAND
+        return peer_path(self.server_pt) or self.server_pt
 
     def check_options(self, options: dict[str, Any]) -> None:
         if options:
@@ -80,7 +91,8 @@ class TorPlugin(LabPlugin):
             CONJURE.extend_topology(topology, {})  # the ISP's phantom space
 
     def peer_binaries(self) -> list[str]:
-        return ["tor", "nginx"] if self.transport == "webtunnel" else ["tor"]
+        own = [self.server_pt] if self.server_pt else []
+        return ["tor", "nginx", *own] if self.transport == "webtunnel" else ["tor", *own]
 
     def _network(self, ctx: CellContext) -> TorNetwork:
         # Everything tor writes goes to the lab's state directory, which goes
@@ -104,7 +116,7 @@ class TorPlugin(LabPlugin):
             ready = r"Opened OR listener"
         else:
             bridge = net.bridge(datadir, extra=[
-                f"ServerTransportPlugin {self.transport} exec {PT_COMMAND}",
+                f"ServerTransportPlugin {self.transport} exec {self._server_command()}",
                 *self._server_lines(ctx),
                 "ExtORPort auto",
                 # What the Extended ORPort told tor (transport, client address) is
@@ -243,6 +255,10 @@ TOR_CONJURE = TorPlugin("tor+conjure", "conjure", "tor whose Conjure client PT (
 TOR_WEBTUNNEL = TorPlugin("tor+webtunnel", "webtunnel", "tor with a bridge whose tor runs our "
                           "WebTunnel server PT behind Debian nginx (bridge.lab, secret path), "
                           "and our WebTunnel client PT")
+TOR_WEBTUNNEL_TOR_SERVER = TorPlugin(
+    "tor+webtunnel-tor-server", "webtunnel", "tor with a bridge whose tor runs Tor's own "
+    "WebTunnel server PT (scripts/setup --peers) behind Debian nginx, and our WebTunnel "
+    "client PT", server_pt="webtunnel-server")
 TOR_MEEK = TorPlugin("tor+meek", "meek", "tor with a bridge whose tor runs our meek server "
                      "PT behind the edge (meek.lab), and our meek client PT fronted by "
                      "front.lab")

@@ -19,7 +19,8 @@ arguments of the same names; ``""`` for none), and the implementation of each
 side: ``client`` (``ptlab`` or ``lyrebird``, Tor's current PT) and ``server``
 (``ptlab`` or ``tor``, Tor's own WebTunnel server); both real ones come from
 ``scripts/setup --peers``. The row ``webtunnel-lyrebird`` is lyrebird's client
-against our server. ``tor+webtunnel`` is in :mod:`.tor`.
+against our server, ``webtunnel-tor-server`` our client against Tor's server
+(docs/lab/peers.md §3.2). ``tor+webtunnel`` is in :mod:`.tor`.
 """
 
 from __future__ import annotations
@@ -140,3 +141,6 @@ WEBTUNNEL_IMITATION = WebTunnelPlugin(
 WEBTUNNEL_LYREBIRD = WebTunnelPlugin(
     "webtunnel-lyrebird", "lyrebird's WebTunnel client (Tor's current PT) through Debian "
     "nginx to ptlab's WebTunnel server", client="lyrebird")
+WEBTUNNEL_TOR_SERVER = WebTunnelPlugin(
+    "webtunnel-tor-server", "ptlab's WebTunnel client through Debian nginx to Tor's own "
+    "WebTunnel server (scripts/setup --peers)", server="tor")

@@ -15,6 +15,19 @@ upgrade`` set, ``Accept-Encoding`` cleared, ``Host`` and the forwarding
 headers (``X-Real-IP``, ``X-Forwarded-For``, ``X-Forwarded-Proto``) set,
 ``Front-End-Https: on`` added, no redirect rewriting, and no logs.
 
+TLS and HTTP/2 are set up as on the bridges Tor's operator guide has people
+deploy: ``listen ... ssl http2``, and certbot's ``options-ssl-nginx.conf``, which
+``certbot --nginx`` includes in the site (TLS 1.2 and 1.3, its cipher list for
+1.2, the client's cipher preference, a shared session cache for a day, no session
+tickets). Without ``ssl_protocols``, Debian's nginx 1.22 offers TLS 1.0 to 1.2
+only: a TLS 1.3-only ClientHello got a protocol_version alert and ALPN ``h2``
+alone a no_application_protocol alert, a fingerprint deployed bridges do not
+have (docs/lab/peers.md §3.3). certbot's ``ssl_dhparam`` line is left out: it
+serves only the DHE-RSA suites, which the lab's ECDSA certificate (certbot's
+default key type since 2.0) never uses. WebTunnel's clients offer no ALPN
+(lyrebird's hello is uTLS's ``HelloRandomizedNoALPN``), so the tunnel stays on
+HTTP/1.1 and its Upgrade.
+
 No log line names a client by default: there is no access log, a missing page
 is not logged, and the secret path logs nothing (nginx's error lines carry the
 client's address).
@@ -43,6 +56,20 @@ SITE_PAGES = {
     "robots.txt": "User-agent: *\nAllow: /\n",
 }
 NGINX_BINARY = "nginx"
+#: certbot's options-ssl-nginx.conf (certbot-nginx's tls_configs), as the operator
+#: guide's ``certbot --nginx`` includes it in the server block.
+CERTBOT_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                   "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                   "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
+                   "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384")
+CERTBOT_TLS_OPTIONS = f"""\
+    ssl_session_cache shared:le_nginx_SSL:10m;
+    ssl_session_timeout 1440m;
+    ssl_session_tickets off;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_prefer_server_ciphers off;
+    ssl_ciphers "{CERTBOT_CIPHERS}";
+"""
 
 
 def secret_path(seed: int, length: int = 24) -> str:
@@ -92,7 +119,7 @@ class Front:
         return self
 
     def config(self) -> str:
-        listen = "\n".join(f"    listen {addr} ssl;" for addr in self.listen)
+        listen = "\n".join(f"    listen {addr} ssl http2;" for addr in self.listen)
         tunnel = ""
         if self.secret is not None:
             tunnel = f"""
@@ -135,7 +162,7 @@ http {{
     server_name {self.server_name};
     ssl_certificate {self.cert};
     ssl_certificate_key {self.key};
-    root {self.site};
+{CERTBOT_TLS_OPTIONS}    root {self.site};
     index index.html;
 {tunnel}  }}
 }}

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.support import peers
 from tests.support.snowflakelab import (
     MB,
     Rig,
@@ -162,3 +163,23 @@ async def test_session_survives_killing_the_proxy_in_use(rig, sflab):
     print(f"proxy {killed} killed after 10 MB; longest stall {stall:.1f} s; "
           f"50 MB in {took:.1f} s; proxies used {sorted(used)}")
     assert stall < 30
+
+
+@peers.needs("lyrebird")
+async def test_lyrebird_client_through_our_proxy_broker_and_bridge(rig, sflab):
+    """lyrebird's Snowflake client (snowflake/v2's client library, the version its
+    go.mod requires) rendezvouses with our broker, reaches our proxy over WebRTC and
+    our bridge behind it, byte-exact both ways."""
+    rig.our_proxy(0)
+    rig.wait_available()
+    port = rig.lyrebird_client(peers.require("lyrebird"))
+    reader, writer = await socks_open(sflab, port, our_args(rig))
+    took = await upload_and_download(reader, writer, 5 * MB)
+    writer.close()
+    attached = rig.attaches()
+    assert attached and attached[0]["proxy"] == sflab.addr("proxy0")
+    assert attached[0]["client_ip"] == sflab.addr("client")
+    pin = peers.pin("lyrebird")
+    assert (f'IMPLEMENTATION="lyrebird" VERSION="{pin.version}"'
+            in (rig.out / "lyrebird-client.log").read_text())
+    print(f"lyrebird {peers.version('lyrebird')} snowflake: 5 MB each way in {took:.1f} s")

@@ -4,6 +4,7 @@ and a suggestion for a near-miss name."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,16 @@ import pytest
 
 from censor_sim.profile import ProfileError, available, load_profile
 from ptlab import cli, plugins
+from ptlab.common import peers
 from ptlab.experiment.spec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ptlab(*args: str) -> subprocess.CompletedProcess[str]:
+def ptlab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ptlab", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=60)
+                          text=True, cwd=REPO, timeout=60,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_version():
@@ -59,8 +62,10 @@ def test_run_check_validates_without_a_lab(tmp_path):
     assert "did you mean 'gfw-fet-2021'?" in out.stderr
 
 
-def test_run_check_names_the_rows_the_tools_found_cannot_run():
-    ok = ptlab("run", "--check", "experiments/protocols-2026.toml")
+def test_run_check_names_the_rows_the_tools_found_cannot_run(tmp_path):
+    # The wheel's sing-box, not one built by scripts/setup --peers (which has with_utls).
+    ok = ptlab("run", "--check", "experiments/protocols-2026.toml",
+               env={peers.ENV_DIR: str(tmp_path / "none")})
     assert ok.returncode == 0, ok.stderr
     skipped = [line for line in ok.stdout.splitlines() if line.startswith("skipped: ")]
     assert len(skipped) == 1, ok.stdout  # the wheel's sing-box lacks only with_utls

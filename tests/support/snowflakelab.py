@@ -221,6 +221,15 @@ class Rig:
             "CMETHODS DONE", self._pt_env(name), name=name)
         return _cmethod_port(p.log_text())
 
+    def lyrebird_client(self, binary: str) -> int:
+        """lyrebird (Tor's current PT, built by scripts/setup --peers) as the client PT
+        for snowflake; its SOCKS port. It takes the broker and ICE servers as SOCKS
+        arguments, as tor passes a bridge line's (:func:`our_args`)."""
+        p = self._start("client", [binary, "-enableLogging", "-logLevel", "INFO"],
+                        "CMETHODS DONE", self._pt_env("lyrebird-client"),
+                        name="lyrebird-client")
+        return _cmethod_port(p.log_text())
+
     def attaches(self) -> list[dict]:
         return [json.loads(line) for line in self.bridge.log_text().splitlines()
                 if count_events(line, "attach")]

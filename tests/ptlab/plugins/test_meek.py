@@ -109,8 +109,8 @@ def test_bad_options_are_named():
     p = plugins.get("meek")
     with pytest.raises(ValueError, match="unknown option 'utls'"):
         p.check_options({"utls": "chrome"})
-    with pytest.raises(ValueError, match="client: unknown implementation 'lyrebird'"):
-        p.check_options({"client": "lyrebird"})
+    with pytest.raises(ValueError, match="client: unknown implementation 'meek-client'"):
+        p.check_options({"client": "meek-client"})
     with pytest.raises(ValueError, match="only our client chooses its TLS"):
         plugins.get("meek-lite").check_options({"tls": "chrome"})
     p.check_options({"front": "", "tls": "chrome"})

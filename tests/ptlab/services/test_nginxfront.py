@@ -243,3 +243,95 @@ def test_bad_requests_on_the_secret_path_get_nginxs_own_errors(fronts, method, v
     # Nothing escaped the server's handlers, and none hit its unexpected-error path.
     assert fronts.backend.thread.is_alive() and not fronts.backend.errors
     assert fronts.backend.server.stats.unexpected == 0
+
+
+# --- TLS and HTTP/2 as deployed bridges offer them (docs/lab/peers.md §3.3) --------------
+
+#: ClientHellos a prober might send: (lowest version, highest version, ALPN offered).
+HELLOS: dict[str, tuple[ssl.TLSVersion, ssl.TLSVersion, list[str] | None]] = {
+    "tls1.3 only": (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_3, None),
+    "tls1.2 only": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2, None),
+    "tls1.1 only": (ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_1, None),
+    "alpn h2": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3, ["h2"]),
+    "alpn h2 on tls1.2": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2, ["h2"]),
+    "alpn http/1.1": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3, ["http/1.1"]),
+    "alpn h2 and http/1.1": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3,
+                             ["h2", "http/1.1"]),
+    "alpn unknown": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3, ["spdy/3.1"]),
+    "no alpn": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3, None),
+}
+
+
+def handshake(port: int, hello: str) -> tuple[str, ...]:
+    """What nginx made of one ClientHello: (version, cipher, ALPN), or ("alert", why)."""
+    low, high, alpn = HELLOS[hello]
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # so that TLS 1.1 can be offered at all
+    ctx.minimum_version, ctx.maximum_version = low, high
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname=NAME) as tls:
+                cipher = tls.cipher()
+                return (str(tls.version()), cipher[0] if cipher else "",
+                        str(tls.selected_alpn_protocol()))
+        except ssl.SSLError as exc:
+            return ("alert", exc.reason or str(exc))
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
+def test_every_hello_gets_the_same_handshake_from_the_bridge_as_from_the_site(fronts):
+    """TLS versions, ALPN: the bridge's nginx and the same nginx serving only the
+    site answer every ClientHello alike, served or refused."""
+    seen = {}
+    for hello in HELLOS:
+        tunnel = handshake(Fronts.port(fronts.tunnel), hello)
+        plain = handshake(Fronts.port(fronts.plain), hello)
+        assert tunnel == plain, (hello, tunnel, plain)
+        seen[hello] = tunnel
+    # Not vacuous: what certbot's options and `listen ... http2` offer, and refuse.
+    assert seen["tls1.3 only"][0] == "TLSv1.3" and seen["tls1.2 only"][0] == "TLSv1.2"
+    assert seen["no alpn"][0] == "TLSv1.3"  # 1.3 when the client offers it
+    assert seen["tls1.1 only"][0] == "alert"
+    assert seen["alpn h2"][2] == "h2" and seen["alpn h2 and http/1.1"][2] == "h2"
+    assert seen["alpn h2 on tls1.2"][:3:2] == ("TLSv1.2", "h2")
+    assert seen["alpn http/1.1"][2] == "http/1.1"
+    assert seen["alpn unknown"][0] == "alert"  # nginx refuses an ALPN it does not know
+
+
+def curl(port: int, path: str, *flags: str) -> subprocess.CompletedProcess[bytes]:
+    """One request by curl (nghttp2 for HTTP/2): its head and body, then the HTTP
+    version it used (``-w``)."""
+    return subprocess.run(
+        ["curl", "-sk", "-D", "-", "--resolve", f"{NAME}:{port}:127.0.0.1", *flags,
+         "-w", "\\nhttp_version=%{http_version}", f"https://{NAME}:{port}{path}"],
+        capture_output=True, timeout=10)
+
+
+def comparable(answer: bytes) -> bytes:
+    """An answer without its Date field, which differs by the second."""
+    return b"\n".join(line for line in answer.split(b"\n")
+                      if not line.lower().startswith(b"date:"))
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_a_tls13_only_hello_and_alpn_h2_are_served_and_alike_on_both(fronts):
+    """A TLS 1.3-only client speaking HTTP/2 (ALPN h2 alone) gets the site, and the
+    same answers from the bridge as from the plain site, page and 404 alike."""
+    port, plain = Fronts.port(fronts.tunnel), Fronts.port(fronts.plain)
+    tunnelled = len(fronts.backend.addresses)
+    index = curl(port, "/", "--http2", "--tlsv1.3", "--tls-max", "1.3")
+    assert index.returncode == 0, index.stderr
+    assert index.stdout.startswith(b"HTTP/2 200"), index.stdout[:200]
+    assert index.stdout.endswith(b"http_version=2")
+    assert b"<title>Field notes</title>" in index.stdout
+    for path in ("/", "/about.html", "/robots.txt", "/missing", f"/{SECRET[:-1]}",
+                 f"/{SECRET}x"):
+        for flags in (("--http2", "--tlsv1.3", "--tls-max", "1.3"),
+                      ("--http2", "--tlsv1.2", "--tls-max", "1.2"), ("--http1.1",)):
+            a, b = curl(port, path, *flags), curl(plain, path, *flags)
+            assert a.returncode == b.returncode == 0, (path, flags, a.stderr)
+            assert comparable(a.stdout) == comparable(b.stdout), (path, flags)
+    assert len(fronts.backend.addresses) == tunnelled  # nothing reached the tunnel server
