@@ -27,15 +27,15 @@ from .conftest import REPO, ptlab
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 distributed = pytest.importorskip("distributed")
 
-#: 12 cells of quick transports and censors, each over in seconds.
+#: 9 cells of quick transports and censors, each over in seconds: blocked cells
+#: give up after a few seconds, and every mode runs the whole matrix (CI's budget).
 SPEC = """
 [experiment]
-name = "dask12"
+name = "dask9"
 repetitions = 1
 [transports.direct]
 [transports.obfs4]
 [transports.obfs4proxy]
-[transports.scramblesuit]
 [censors.none]
 [censors.ip-blocklist]
 detectors.ip_blocklist.addresses = ["role:bridge", "role:web"]
@@ -44,9 +44,11 @@ profile = "gfw-fet-2021"
 policy.rules = [{ detector = "fet", action = "residual", probability = 1.0 }]
 actions.residual.seconds = [20]
 [workloads]
-bootstrap_timeout_s = 8
+bootstrap_timeout_s = 6
 [workloads.bulk]
 size = 200_000
+timeout_s = 10
+idle_timeout_s = 3
 [workloads.latency]
 count = 2
 [workloads.benign]
@@ -56,7 +58,7 @@ enabled = false
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("dask") / "dask12.toml"
+    path = tmp_path_factory.mktemp("dask") / "dask9.toml"
     path.write_text(SPEC)
     return path
 
@@ -91,7 +93,7 @@ def test_a_real_scheduler_and_two_workers_give_the_serial_statuses(spec, serial,
     proc = ptlab("run", str(spec), "--executor", "dask", "--scheduler", cluster.address,
                  "--results", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert len(serial) == 12 and statuses(out) == serial
+    assert len(serial) == 9 and statuses(out) == serial
     written = json.loads((out / "results.json").read_text())
     assert len(written["provenance"]["workers"]) == 2  # both workers took cells
     assert (out / "report.html").exists() and (out / "events.jsonl").stat().st_size > 0
@@ -151,7 +153,7 @@ def test_a_run_killed_outright_resumes_with_only_what_it_lacks(spec, serial, tmp
         if run.poll() is None:
             run.kill()
     kept = statuses(out)
-    assert 4 <= len(kept) < 12  # it lost at most the cell in flight
+    assert 4 <= len(kept) < 9  # it lost at most the cell in flight
     assert ptlab("lab", "down").returncode == 0  # the orphan, as after any crash
     again = ptlab("run", str(spec), "--resume", str(out), timeout=600)
     assert again.returncode == 0, again.stderr
@@ -175,7 +177,7 @@ def test_shards_merge_into_the_serial_run(spec, serial, tmp_path):
         proc = ptlab("run", str(spec), "--shard", f"{k}/2", "--results", str(out),
                      timeout=600)
         assert proc.returncode == 0, proc.stderr
-        assert len(statuses(out)) == 6
+        assert len(statuses(out)) == (5 if k == 1 else 4)
     merged = tmp_path / "merged"
     proc = ptlab("merge", *map(str, parts), "--out", str(merged))
     assert proc.returncode == 0, proc.stderr
