@@ -21,22 +21,12 @@ import pytest
 
 from netns.nsenter import ns_socket
 from ptcommon.events import READY_PATTERN
+from tests.support.netlab import default_lab_or_skip
 
 
 @pytest.fixture(scope="session")
 def censor_lab(tmp_path_factory) -> Iterator[Any]:
-    from ptlab.pytest_plugin import lab_unavailable
-
-    if why := lab_unavailable():
-        pytest.skip(why)
-    from netns.lab import Lab
-    from netns.topology import default_topology
-
-    lab = Lab(default_topology(proxies=0)).up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    yield from default_lab_or_skip(proxies=0)
 
 
 class EchoServer:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.support import peers
+from tests.support.netlab import default_lab_or_skip
 from tests.support.snowflakelab import (
     MB,
     Rig,
@@ -30,18 +31,7 @@ needs_debian = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def sflab(tmp_path_factory):
-    from ptlab.pytest_plugin import lab_unavailable
-
-    if why := lab_unavailable():
-        pytest.skip(why)
-    from netns.lab import Lab
-    from netns.topology import default_topology
-
-    lab = Lab(default_topology(proxies=3)).up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    yield from default_lab_or_skip(proxies=3)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import peers
+from tests.support.netlab import default_lab_or_skip
 from tests.support.snowflakelab import (
     MB,
     Rig,
@@ -31,18 +32,7 @@ BYTES = 2 * MB
 
 @pytest.fixture(scope="module")
 def sflab():
-    from ptlab.pytest_plugin import lab_unavailable
-
-    if why := lab_unavailable():
-        pytest.skip(why)
-    from netns.lab import Lab
-    from netns.topology import default_topology
-
-    lab = Lab(default_topology(proxies=1)).up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    yield from default_lab_or_skip(proxies=1)
 
 
 def _rig(lab, out, broker: str | None = None):

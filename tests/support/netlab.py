@@ -18,3 +18,22 @@ def pair_lab(role: str, peer: str = "peer") -> Iterator:
     t.add_link(role, peer)
     with Lab(t) as lab:
         yield lab
+
+
+def default_lab_or_skip(proxies: int) -> Iterator:
+    """The default topology with ``proxies`` proxy nodes, up for as long as the
+    generator runs (a fixture's body); skips, with the reason, where no lab can
+    be made (no root, no namespaces)."""
+    import pytest
+
+    from netns.lab import Lab
+    from netns.topology import default_topology
+    from ptlab.pytest_plugin import lab_unavailable
+
+    if why := lab_unavailable():
+        pytest.skip(why)
+    lab = Lab(default_topology(proxies=proxies)).up()
+    try:
+        yield lab
+    finally:
+        lab.down()
