@@ -171,6 +171,7 @@ class ToolMissing(LookupError):
 
 
 def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file: a built peer's, a tool's, a profile's text a run pins."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -425,15 +424,6 @@ def python_dep_versions(names: Iterable[str] = PYTHON_DEPS) -> dict[str, str]:
     return out
 
 
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, so a report pins the exact profile text it ran."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 16), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def provenance(
     seeds: dict[str, Any],
     profile_files: Iterable[Path],
@@ -448,7 +438,7 @@ def provenance(
         "python": platform.python_version(),
         "hostname": socket.gethostname(),
         "seeds": dict(seeds),
-        "profiles": {str(p): sha256_file(Path(p)) for p in profile_files},
+        "profiles": {str(p): built_peers.sha256_file(Path(p)) for p in profile_files},
         "peers": {b: binary_version(b) for b in peer_binaries},
         # The real peers built from their Go modules (scripts/setup --peers):
         # module, version, module sum, Go version, tags and SHA-256 of each binary

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import peers
-from .results import sha256_file
+from .peers import sha256_file
 
 ENTRY_POINT_GROUP = "ptlab.tools"
 ENV_PREFIX = "PTLAB_TOOL_"
