@@ -34,7 +34,7 @@ class CellRun:
     name: str
     procs: list[Process] = field(default_factory=list)
     captures: list[Stoppable] = field(default_factory=list)
-    pcaps: list[Path] = field(default_factory=list)  # where the captures write
+    pcaps: list[Path] = field(default_factory=list)  # where each capture writes, in turn
     censor: Process | None = None
     # Interfaces whose GSO was limited for this cell, restored when it stops.
     gso_limited: list[tuple[str, str]] = field(default_factory=list)

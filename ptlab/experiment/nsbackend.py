@@ -135,6 +135,7 @@ class NamespaceBackend(LabBackend):
         assert self.lab
         run.captures.append(Capture(self.lab.ns("censor"), self.lab.iface("censor", "client"),
                                     pcap, snaplen=snaplen).start())
+        run.pcaps.append(pcap)
 
     def start_censor(self, run: CellRun, profile: profiles.Profile, overrides: dict[str, Any],
                      seed: int, cell_dir: Path) -> Process:

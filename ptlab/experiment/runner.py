@@ -425,9 +425,7 @@ class LabRunner:
             p.stop()
         for role, dev in run.gso_limited:  # the veth default
             self.backend.exec(role, ["ip", "link", "set", "dev", dev, "gso_max_segs", "65535"])
-        pcaps: list[Path | None] = (list(run.pcaps) if len(run.pcaps) == len(run.captures)
-                                    else [None] * len(run.captures))
-        for c, pcap in zip(run.captures, pcaps, strict=True):
+        for c, pcap in zip(run.captures, run.pcaps, strict=True):
             try:
                 c.stop()
             except LabError as exc:
@@ -437,11 +435,10 @@ class LabRunner:
             # a reader counting bytes in it must know it is short.
             dropped = dropped_packets(c.log_text())
             if dropped:
-                self.log(f"capture {pcap.name if pcap else run.name}: the kernel dropped "
-                         f"{dropped} packets")
+                self.log(f"capture {pcap.name}: the kernel dropped {dropped} packets")
                 run.markers.append(event_record(
                     "runner", "capture_dropped", cell=run.name, packets=dropped,
-                    pcap=pcap.name if pcap else None))
+                    pcap=pcap.name))
         events = self._read_events(run.name, run.procs, run.roles)
         if self.services:  # lab-wide services: what they logged during this cell
             events += self._read_events(run.name, self.services.procs, run.roles)

@@ -241,12 +241,12 @@ class VmBackend(LabBackend):
         self.share(pdir)
         for peer, dev in zip(("client", "inet"), self.censor_ifaces, strict=True):
             pcap = pdir / f"{run.name}__censor-{peer}.pcap"
-            run.pcaps.append(pcap)
             p = self.hosts["censor"].spawn(
                 ["tcpdump", "-n", "--immediate-mode", "-i", dev, "-B", str(CAPTURE_BUFFER_KIB),
                  "-s", str(self.spec.capture_snaplen), "-U", "-w", str(pcap)],
                 f"tcpdump-{peer}", pcap.with_suffix(".log"))
             run.captures.append(p)
+            run.pcaps.append(pcap)
             p.wait_log(r"listening on", 5.0 * self.machines.slowdown)
 
     def start_censor(self, run: CellRun, profile: profiles.Profile, overrides: dict[str, Any],
