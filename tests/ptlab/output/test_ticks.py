@@ -31,8 +31,13 @@ def _drawn_labels(width_in: float, lo: float, hi: float, log: bool) -> list:
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's, just drawn
     locs = ax.xaxis.get_majorticklocs()
     ticks = ax.xaxis.get_major_ticks(len(locs))
+    # The ticks matplotlib draws: those in the view, to within rounding (a tick at
+    # 1e-4 is drawn on a view from 10 ** -3.9999999999999996).
+    eps = (math.log10(hi) - math.log10(lo) if log else hi - lo) * 1e-9
     return [(t.label1.get_text(), t.label1.get_window_extent(renderer))
-            for loc, t in zip(locs, ticks, strict=True) if lo <= loc <= hi]
+            for loc, t in zip(locs, ticks, strict=True)
+            if (math.log10(lo) - eps <= math.log10(loc) <= math.log10(hi) + eps if log
+                else lo - eps <= loc <= hi + eps)]
 
 
 def _apart(labels: list) -> bool:
