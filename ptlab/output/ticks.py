@@ -32,6 +32,9 @@ from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullFormatter
 GAP_EM = 1.0
 #: Mantissas per decade, densest first.
 _MANTISSAS = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
+#: How far (points) a label keeps from the figure's edge: the measure here and the
+#: renderer's differ by a fraction of a point.
+_EDGE_CLEARANCE_PT = 1.0
 #: Plain decimals in this range; m×10^k outside it.
 _PLAIN = (1e-3, 1e5)
 
@@ -112,6 +115,7 @@ class FittingLocator(Locator):
         single: list[float] = []
         several: list[list[float]] = []
         for ticks in self.tick_sets(vmin, vmax):
+            ticks = self._inside_figure(ticks)
             if len(ticks) == 1:
                 single = single or ticks
             elif ticks:
@@ -128,12 +132,30 @@ class FittingLocator(Locator):
         mid = math.sqrt(vmin * vmax) if self.log else (vmin + vmax) / 2
         return [mid]
 
-    def _fits(self, ticks: list[float]) -> bool:
-        """Whether the labels of ``ticks``, laid along the axis as it is now, leave
-        a gap of GAP_EM between neighbours (True with no axis to measure)."""
+    def _inside_figure(self, ticks: list[float]) -> list[float]:
+        """``ticks`` less those at either end whose labels would leave the figure.
+
+        Why: the layout (constrained) makes room around a panel for the labels of
+        the ticks the locator gave at *its* pass; the final draw asks again at the
+        laid-out length, where a set with a label nearer the end may fit. Such a
+        label can hang past the figure's edge (hypothesis found "0.3" at the right
+        end of the last panel, 0.75 px out). Dropping that tick keeps the rest of
+        the set (0.01 0.03 0.1), where refusing the set would lose a density."""
         axis = self.axis
-        if not isinstance(axis, Axis) or axis.axes is None:
-            return True
+        if len(ticks) < 2 or not isinstance(axis, Axis) or axis.axes is None:
+            return ticks
+        spans = self._spans(ticks)
+        box = axis.axes.figure.bbox
+        horizontal = isinstance(axis, XAxis)
+        ppp = 72.0 / axis.axes.figure.dpi
+        lo, hi = ((box.x0, box.x1) if horizontal else (box.y0, box.y1))
+        lo, hi = lo * ppp + _EDGE_CLEARANCE_PT, hi * ppp - _EDGE_CLEARANCE_PT
+        return [v for v, (a, b) in zip(ticks, spans, strict=True) if lo <= a and b <= hi]
+
+    def _spans(self, ticks: list[float]) -> list[tuple[float, float]]:
+        """Each tick's label's extent along the axis as it is laid out now, in points."""
+        axis = self.axis
+        assert isinstance(axis, Axis) and axis.axes is not None
         ax = axis.axes
         horizontal = isinstance(axis, XAxis)
         font = axis.get_major_ticks(1)[0].label1.get_fontproperties()
@@ -147,6 +169,16 @@ class FittingLocator(Locator):
             size = _label_size(self.label(v), font, horizontal)
             centre = px * points_per_pixel
             spans.append((centre - size / 2, centre + size / 2))
+        return spans
+
+    def _fits(self, ticks: list[float]) -> bool:
+        """Whether the labels of ``ticks``, laid along the axis as it is now, leave
+        a gap of GAP_EM between neighbours (True with no axis to measure)."""
+        axis = self.axis
+        if not isinstance(axis, Axis) or axis.axes is None:
+            return True
+        spans = self._spans(ticks)
+        font = axis.get_major_ticks(1)[0].label1.get_fontproperties()
         gap = GAP_EM * font.get_size_in_points()
         spans.sort()
         return all(b[0] - a[1] >= gap for a, b in zip(spans, spans[1:], strict=False))

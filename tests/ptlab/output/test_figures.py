@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
@@ -123,6 +123,9 @@ def test_no_text_overlaps_or_leaves_the_figure(run: str, name: str) -> None:
 
 @settings(max_examples=12, deadline=None)
 @given(lo=st.floats(-3.5, 4.0), decades=st.floats(0.02, 7.0))
+# Found by CI: the layout made room for 0.2 at the last panel's end, and the final
+# draw's ticks ended at 0.3, 0.75 px past the figure's edge.
+@example(lo=-2.109375, decades=1.3828125)
 def test_goodput_of_any_range_is_readable(lo: float, decades: float) -> None:
     """Goodputs over any range, from a few percent to seven decades."""
     a, b = 10 ** lo, 10 ** (lo + decades)
