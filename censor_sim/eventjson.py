@@ -107,8 +107,12 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
-def encode(record: dict[str, Any]) -> str | None:
-    """The record's line, or None for one the standard encoder must write."""
+def encode(record: dict[str, Any], no_floats: bool = False) -> str | None:
+    """The record's line, or None for one the standard encoder must write.
+
+    ``no_floats``: the caller knows the record holds no float at any depth (pcap
+    mode's verdict of a flow that passed with nothing to report, most of a
+    capture's lines), which spares the walk that its nulls would set off."""
     try:
         out = orjson.dumps(record, default=_default, option=_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one
@@ -121,7 +125,8 @@ def encode(record: dict[str, Any]) -> str | None:
     # NaN, 0.0000 or e- for the small ones); so do None and some strings, and
     # the walk tells them apart. (The memchr for "-" spares the search for "e-"
     # in lines without one: a search costs as much as a third of orjson's line.)
-    if (b"null" in out or b"0.0000" in out or (_MINUS in out and b"e-" in out)) \
+    if not no_floats and (b"null" in out or b"0.0000" in out
+                          or (_MINUS in out and b"e-" in out)) \
             and _holds_such_a_float(record.values()):
         return None
     return out.decode("ascii")

@@ -113,6 +113,13 @@ class FlowVerdict:
     slot: int = field(default=-1, repr=False)
     eflow: Any = field(default=None, repr=False)  # the engine's flow, after its last packet seen
 
+    def holds_no_float(self) -> bool:
+        """Whether :meth:`to_json`'s record holds no float at any depth: true of a flow
+        with nothing timed and nothing to report (its other fields are str, int, bool
+        and None), so an encoder need not look."""
+        return (self.after_s is None and not self.evidence and not self.would
+                and self.cause is None and self.armed is None)
+
     def to_json(self) -> dict[str, Any]:
         armed = self.armed
         if armed is not None:

@@ -6,11 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netns.sh import require_root, require_tools
 
 from .common import Subparsers, die, term_to_exit
+
+if TYPE_CHECKING:
+    from censor_sim.offline import FlowVerdict
 
 
 def set_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -29,8 +32,10 @@ def _line_encoder() -> Any:
     the standard library's otherwise (censor_sim/eventjson.py)."""
     from censor_sim import eventjson
 
-    def encode(record: dict[str, Any]) -> str:
-        line = eventjson.encode(record) if eventjson.orjson is not None else None
+    def encode(fv: FlowVerdict) -> str:
+        record = fv.to_json()
+        line = (eventjson.encode(record, no_floats=fv.holds_no_float())
+                if eventjson.orjson is not None else None)
         if line is None:
             line = json.dumps(record, separators=(",", ":"))
         return line + "\n"
@@ -56,7 +61,7 @@ def censor_pcap(args: argparse.Namespace) -> int:
     try:
         live = args.pcap == "-"  # a capture still being taken: each line as it comes
         for fv in replay(profile, Path(args.pcap), args.clients, args.seed):
-            out.write(encode(fv.to_json()))
+            out.write(encode(fv))
             if live:
                 out.flush()
             flows += 1

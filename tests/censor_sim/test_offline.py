@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from scapy.all import IP, TCP, UDP, Raw, wrpcap
@@ -447,6 +448,9 @@ def test_every_line_follows_the_documented_schema(tmp_path, capture):
         assert proc.returncode == 0, proc.stderr
         for n, text in enumerate(out.read_text().splitlines()):
             line = json.loads(text)
+            # The standard encoder's exact text, whichever wrote it (orjson, checked or
+            # trusted to hold no float: censor_sim/eventjson.py).
+            assert text == json.dumps(line, separators=(",", ":"))
             check(line, "line", tables, f"{args[0]} line {n + 1}")
             assert list(line) == list(tables["line"])  # every field, in the table's order
             seen_fields |= {f for f, v in line.items() if v not in (None, [], {})}
@@ -455,3 +459,35 @@ def test_every_line_follows_the_documented_schema(tmp_path, capture):
     assert seen_would >= {("inject", "to-client"), ("inject", "to-server"),
                           ("residual", "to-server"), ("probe", "to-server"),
                           ("drop", "ip_blocklist"), ("drop", "freeze")}
+
+
+def _floats_in(value: Any) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _floats_in(v)]
+    if isinstance(value, list | tuple):
+        return [f for v in value for f in _floats_in(v)]
+    return []
+
+
+def test_a_verdict_said_to_hold_no_float_holds_none(capture, tmp_path):
+    """The CLI trusts holds_no_float() to skip the encoder's look for odd floats; each
+    verdict of these captures that says so has none, and both kinds turn up."""
+    from tests.censor_sim.test_tspu_profiles import freeze_capture
+
+    froze = tmp_path / "f.pcap"
+    freeze_capture(froze, [16000, 500, 500])
+    runs = [(load_profile("gfw-fet-2021", FET_P1), capture),
+            (load_profile("tspu-freeze-2025", {"detectors": {"tls": {
+                "servers": ["198.18.5.0/24"]}}}), froze)]
+    said = {True: 0, False: 0}
+    for profile, pcap in runs:
+        for fv in replay(profile, pcap):
+            plain = fv.holds_no_float()
+            said[plain] += 1
+            if plain:
+                assert _floats_in(fv.to_json()) == [], fv
+            else:
+                assert _floats_in(fv.to_json()) or fv.evidence or fv.would, fv
+    assert said[True] and said[False]
