@@ -73,6 +73,29 @@ def _u16_list(data: bytes) -> list[int]:
     return list(struct.unpack(f"!{len(data) // 2}H", data))
 
 
+_TYPE_AND_LENGTH = struct.Struct("!HH")
+
+
+def _extensions(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+    """The (type, body) extensions wholly inside ``data``, and whether they fill it
+    (False: the last is cut off or its header is). One loop over the buffer, not a
+    reader's calls: a capture's every ClientHello comes through here, and the
+    calls were most of pcap mode's TLS parsing."""
+    out: list[tuple[int, bytes]] = []
+    pos, end = 0, len(data)
+    unpack = _TYPE_AND_LENGTH.unpack_from
+    while pos < end:
+        if pos + 4 > end:
+            return out, False
+        ext_type, length = unpack(data, pos)
+        stop = pos + 4 + length
+        if stop > end:
+            return out, False
+        out.append((ext_type, data[pos + 4:stop]))
+        pos = stop
+    return out, True
+
+
 @dataclass
 class ClientHello:
     legacy_version: int
@@ -179,10 +202,9 @@ def parse_client_hello_message(msg: bytes) -> ClientHello | None:
         comp = r.vec(1)
         exts: list[tuple[int, bytes]] = []
         if r.pos < len(r.data):
-            er = _Reader(r.vec(2))
-            while er.pos < len(er.data):
-                t = er.u16()
-                exts.append((t, er.vec(2)))
+            exts, whole = _extensions(r.vec(2))
+            if not whole:
+                return None
     except ValueError:
         return None
     return ClientHello(version, rnd, sid, ciphers, comp, exts)
@@ -214,13 +236,7 @@ def parse_client_hello_prefix(msg: bytes) -> ClientHello | None:
     exts: list[tuple[int, bytes]] = []
     if r.pos + 2 <= len(body):
         declared = struct.unpack_from("!H", body, r.pos)[0]
-        er = _Reader(body[r.pos + 2:r.pos + 2 + declared])
-        try:
-            while er.pos < len(er.data):
-                t = er.u16()
-                exts.append((t, er.vec(2)))
-        except ValueError:
-            pass  # the extension the message was cut in
+        exts, _ = _extensions(body[r.pos + 2:r.pos + 2 + declared])  # less the one cut
     return ClientHello(version, rnd, sid, ciphers, comp, exts)
 
 
