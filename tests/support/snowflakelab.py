@@ -309,3 +309,10 @@ async def upload_and_download(reader, writer, n: int, seed: int = 5) -> float:
 
 def our_args(rig: Rig, **extra: str) -> dict[str, str]:
     return {"url": rig.broker_url, "ice": NO_ROUTE_STUN, **extra}
+
+
+def client_addresses(lab) -> set[str]:
+    """The client's two addresses. A proxy's ?client_ip= is the first non-local
+    candidate of the client's offer, and which family the client's ICE agent lists
+    first varies from run to run (the lab is dual-stack): either is the client."""
+    return {lab.addr("client"), lab.addr("client", v6=True)}
