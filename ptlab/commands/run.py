@@ -148,6 +148,11 @@ def check_report(spec: Spec) -> dict[str, Any]:
     # unless the selection has that row's none cell already.
     baselines = [t for t in dict.fromkeys(t for t, _ in cells) if (t, BASELINE) not in cells]
     cost = estimate(spec, cells, baselines, results_root())
+    if cost.seconds > spec.budget_s:
+        # Cells past the budget are not run (status ERROR): said before the run starts.
+        warnings.append(f"the estimate is past experiment.budget_s ({spec.budget_s:.0f} s): "
+                        "cells past the budget would not run (ERROR); raise budget_s, or "
+                        "select fewer cells or repetitions")
     return {"spec": str(spec.path), "ok": True, "transports": list(spec.transports),
             "censors": list(spec.censors), "matrix_cells": len(spec.cells()),
             "selected_cells": len(cells), "baseline_cells": len(baselines),

@@ -62,6 +62,26 @@ def test_check_json_counts_the_cells_with_their_baselines(tmp_path):
     assert "= 4 cells (+2 no-censor baselines)" in text.stdout
 
 
+def test_check_warns_when_the_estimate_is_past_the_budget(tmp_path):
+    """Cells past experiment.budget_s become ERROR: --check says so before a run."""
+    body = ('[transports.direct]\n[censors.ip-blocklist]\n'
+            '[workloads.bulk]\nsize = 2_000_000\n')
+    over, within = tmp_path / "over.toml", tmp_path / "within.toml"
+    over.write_text("[experiment]\nbudget_s = 5\n" + body)
+    within.write_text("[experiment]\nbudget_s = 600\n" + body)
+    reports = {}
+    for spec in (over, within):
+        proc = ptlab("run", "--check", "--json", str(spec), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        reports[spec.stem] = json.loads(proc.stdout)
+    assert 5 < reports["over"]["estimated_seconds"] < 600
+    past = [w for w in reports["over"]["warnings"] if "budget_s" in w]
+    assert past and "(5 s)" in past[0] and "would not run (ERROR)" in past[0]
+    assert not [w for w in reports["within"]["warnings"] if "budget_s" in w]
+    text = ptlab("run", "--check", str(over), cwd=tmp_path).stdout
+    assert "warning: the estimate is past experiment.budget_s (5 s)" in text
+
+
 @pytest.mark.parametrize("what", ["transports", "profiles", "workloads"])
 def test_list_json(what):
     proc = ptlab("list", what, "--json")
