@@ -62,24 +62,29 @@ def test_check_json_counts_the_cells_with_their_baselines(tmp_path):
     assert "= 4 cells (+2 no-censor baselines)" in text.stdout
 
 
-def test_check_warns_when_the_estimate_is_past_the_budget(tmp_path):
-    """Cells past experiment.budget_s become ERROR: --check says so before a run."""
+def test_check_warns_when_the_estimate_is_past_the_budget(tmp_path, monkeypatch, capsys):
+    """Cells past experiment.budget_s become ERROR: --check says so before a run.
+    (In-process: the command's own functions, without three interpreter starts.)"""
+    from censor_sim.profile import available
+    from ptlab import plugins
+    from ptlab.commands.run import check_report, check_spec
+    from ptlab.experiment.spec import load_spec
+
+    monkeypatch.chdir(tmp_path)  # no earlier runs' times in the estimate
     body = ('[transports.direct]\n[censors.ip-blocklist]\n'
             '[workloads.bulk]\nsize = 2_000_000\n')
-    over, within = tmp_path / "over.toml", tmp_path / "within.toml"
-    over.write_text("[experiment]\nbudget_s = 5\n" + body)
-    within.write_text("[experiment]\nbudget_s = 600\n" + body)
-    reports = {}
-    for spec in (over, within):
-        proc = ptlab("run", "--check", "--json", str(spec), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        reports[spec.stem] = json.loads(proc.stdout)
+    reports, specs = {}, {}
+    for name, budget in (("over", 5), ("within", 600)):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f"[experiment]\nbudget_s = {budget}\n" + body)
+        specs[name] = load_spec(path, plugins.available(), available())
+        reports[name] = check_report(specs[name])
     assert 5 < reports["over"]["estimated_seconds"] < 600
     past = [w for w in reports["over"]["warnings"] if "budget_s" in w]
     assert past and "(5 s)" in past[0] and "would not run (ERROR)" in past[0]
     assert not [w for w in reports["within"]["warnings"] if "budget_s" in w]
-    text = ptlab("run", "--check", str(over), cwd=tmp_path).stdout
-    assert "warning: the estimate is past experiment.budget_s (5 s)" in text
+    assert check_spec(specs["over"]) == 0
+    assert "warning: the estimate is past experiment.budget_s (5 s)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("what", ["transports", "profiles", "workloads"])
