@@ -85,8 +85,21 @@ def block_entropy(data: bytes, block: int = 8) -> list[float]:
     out = []
     for i in range(0, len(data) - block + 1, block):
         chunk = data[i:i + block]
-        out.append(distinct if len(set(chunk)) == block else shannon_entropy(chunk))
+        if len(set(chunk)) == block:
+            out.append(distinct)
+        else:
+            # The entropy depends on the counts alone, and fsum's exact rounding makes
+            # it the same whatever their order: one value per multiset, looked up.
+            out.append(_entropy_of_counts(tuple(sorted(Counter(chunk).values()))))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _entropy_of_counts(counts: tuple[int, ...]) -> float:
+    """:func:`shannon_entropy` of any data whose byte counts are ``counts``."""
+    n = sum(counts)
+    h = -math.fsum(c / n * math.log2(c / n) for c in counts)
+    return h if h > 0.0 else 0.0
 
 
 def _partitions(n: int, largest: int | None = None) -> list[tuple[int, ...]]:
