@@ -15,7 +15,7 @@ import sys
 from netns.errors import LabError
 
 from .commands import censor, export, lab, learning, listing, results, run, transports, vm
-from .commands.common import EXIT_INTERRUPTED, die
+from .commands.common import EXIT_INTERRUPTED, EXIT_USAGE, die
 from .common.specfile import SpecError
 
 #: The groups in the order ``ptlab -h`` lists them.
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (LabError, SpecError) as exc:
-        return die(str(exc))
+        return die(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt:
         return die("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:  # `ptlab list profiles | head`: the reader left, not an error

@@ -38,7 +38,9 @@ EXIT_HELP = """exit status:
   1    a cell's status was not the one the spec expects ([[expect]])
   2    a mistake to fix before running: a bad spec, not root, a missing tool or binary
   3    a bulk download's bytes were corrupted on the way (a transport bug)
-  4    a cell could not be measured (status ERROR): the lab failed, not the transport
+  4    a cell could not be measured (status ERROR), or the run could not write its
+       results (a full disk: it stops, and --resume finishes it): the lab or the
+       machine failed, not the transport
   130  interrupted
 When several apply, the first of 3, 4, 1 is the status."""
 DEFAULT_SPEC = REPO / "experiments" / "default.toml"

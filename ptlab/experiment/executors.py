@@ -130,6 +130,7 @@ class DaskExecutor(CellExecutor):
         self.cpu_sets = local_cpu_sets(jobs) if jobs else None
         self._cpu_of: dict[str, list[int]] = {}
         self._baselines: dict[str, dict[str, Any]] = {}  # transport -> its none row
+        self._worker_pids: set[int] = set()  # local workers (--jobs): whose labs are ours
 
     def __enter__(self) -> DaskExecutor:
         from distributed import Client, LocalCluster
@@ -140,6 +141,7 @@ class DaskExecutor(CellExecutor):
                                         processes=True, dashboard_address=None,
                                         silence_logs=40)
             self.client = Client(self.cluster)
+            self._worker_pids = set(self.client.run(os.getpid).values())
             self.labs_at_once = self.jobs
             self.machines_label = f"{self.jobs} labs at once on this machine (Dask)"
         else:
@@ -175,6 +177,7 @@ class DaskExecutor(CellExecutor):
             self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
+                down_labs_of(self._worker_pids)
 
     def describe(self) -> str:
         return self.machines_label
@@ -250,6 +253,26 @@ class DaskExecutor(CellExecutor):
             rows.append(row)
             on_row(row)
         return rows
+
+
+def down_labs_of(pids: set[int]) -> list[str]:
+    """Take down the labs these (local, now stopped) worker processes owned.
+
+    A worker takes its lab down when the run closes it, and at exit. But a run that
+    stops on an error can close its cluster while a worker is still bringing a
+    lab up for its next cell: the worker is killed, and its lab's namespaces and
+    processes stay, an orphan. Everything the run made goes on its way out, so
+    these are removed here, not left for ``ptlab lab down``; another lab on the
+    machine, whoever's, is never touched (its owner is not one of ``pids``)."""
+    from netns import cleanup, ownership
+
+    removed = []
+    for lab_id in sorted(cleanup.all_lab_ids()):
+        owner = ownership.read_owner(lab_id)
+        if owner is not None and owner.pid in pids and not owner.alive():
+            cleanup.down(lab_id)
+            removed.append(lab_id)
+    return removed
 
 
 def clean_out(out: Path) -> None:

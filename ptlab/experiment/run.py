@@ -11,6 +11,7 @@ from typing import Any
 
 from censor_sim.profile import load_profile, profile_path
 from netns.capture import WHOLE_PACKETS
+from netns.errors import LabError
 
 from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
 from ..common.specfile import flatten_keys
@@ -20,6 +21,20 @@ from ..output.terminal import print_results, progress
 from .executors import CellExecutor, DaskExecutor, SerialExecutor
 from .runner import LabRunner
 from .spec import Spec
+
+
+class RunStopped(LabError):
+    """The run could not write its results and stopped; what it wrote stays."""
+
+    # commands.common.EXIT_ERROR_CELL: as for a cell that could not be measured, the
+    # machine failed, not a transport.
+    exit_code = 4
+
+    def __init__(self, out_dir: Path, kept: int, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        super().__init__(f"the run stopped: writing its results to {out_dir} failed ({why}); "
+                         f"{out_dir / 'results.json'} holds the {kept} cells before it: "
+                         f"free the space and finish with `ptlab run SPEC --resume {out_dir}`")
 
 
 @dataclass
@@ -96,7 +111,12 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                 bar.update(task, description=f"{row.transport} × {row.censor}: {row.status}")
                 # Partial results after every row: a killed run still leaves its data.
                 done.append(row)
-                write_results(results_so_far(done), out_dir)
+                try:
+                    write_results(results_so_far(done), out_dir)
+                except OSError as exc:
+                    # A full disk, say: the last whole results.json stays (the write is
+                    # atomic), the labs come down on the way out, and --resume goes on.
+                    raise RunStopped(out_dir, len(done) - 1 + len(kept), exc) from None
 
             measured = executor.run(cells, on_row)
             if isinstance(executor, DaskExecutor):

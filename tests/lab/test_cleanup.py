@@ -104,3 +104,36 @@ def test_a_dead_owner_makes_an_orphan_and_a_recycled_pid_does_not_fool_it():
         assert lab_traces(lab_id) == []
     finally:
         cleanup.down(lab_id)
+
+
+def _orphan_lab(lab_id: str) -> int:
+    """A lab brought up by a child process that then dies without cleaning up; the
+    child's pid (the lab's owner, as a Dask worker owns its lab)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            Lab(default_topology(0), lab_id).up()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_a_stopped_run_takes_down_its_own_workers_labs_and_no_other():
+    """--jobs: a run that stops on an error may kill a worker mid bring-up. The run
+    removes the labs its workers owned on its way out (executors.down_labs_of), and
+    leaves another lab whose owner is dead too, someone else's, alone."""
+    from ptlab.experiment.executors import down_labs_of
+
+    ours, theirs = new_id(), new_id()
+    ours_pid, theirs_pid = _orphan_lab(ours), _orphan_lab(theirs)
+    assert ours_pid != theirs_pid
+    try:
+        assert cleanup.status(ours).state == cleanup.status(theirs).state == "orphan"
+        assert down_labs_of({ours_pid}) == [ours]
+        assert lab_traces(ours) == []
+        assert lab_traces(theirs) and cleanup.status(theirs).state == "orphan"
+        assert down_labs_of({ours_pid}) == []  # nothing left of ours
+    finally:
+        cleanup.down(ours)
+        cleanup.down(theirs)
