@@ -16,6 +16,7 @@ spec's order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tarfile
@@ -130,7 +131,8 @@ class DaskExecutor(CellExecutor):
         self.cpu_sets = local_cpu_sets(jobs) if jobs else None
         self._cpu_of: dict[str, list[int]] = {}
         self._baselines: dict[str, dict[str, Any]] = {}  # transport -> its none row
-        self._worker_pids: set[int] = set()  # local workers (--jobs): whose labs are ours
+        # Local workers (--jobs), as (pid, start time): the owners of our labs.
+        self._workers: set[tuple[int, int | None]] = set()
 
     def __enter__(self) -> DaskExecutor:
         from distributed import Client, LocalCluster
@@ -141,7 +143,7 @@ class DaskExecutor(CellExecutor):
                                         processes=True, dashboard_address=None,
                                         silence_logs=40)
             self.client = Client(self.cluster)
-            self._worker_pids = set(self.client.run(os.getpid).values())
+            self._note_workers()
             self.labs_at_once = self.jobs
             self.machines_label = f"{self.jobs} labs at once on this machine (Dask)"
         else:
@@ -165,9 +167,19 @@ class DaskExecutor(CellExecutor):
                 self._cpu_of[address] = cpus
         return self
 
+    def _note_workers(self) -> None:
+        """Remember the local workers now running (a nanny may have restarted one)."""
+        from netns.ownership import proc_start_time
+
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
+            for pid in self.client.run(os.getpid).values():
+                self._workers.add((pid, proc_start_time(pid)))
+
     def __exit__(self, *exc: object) -> None:
         from .cellworker import close_run
 
+        if self.cluster is not None:
+            self._note_workers()
         try:
             events = self.client.run(close_run, self.run_id)
             self._append_events([line for lines in events.values() for line in lines])
@@ -177,7 +189,7 @@ class DaskExecutor(CellExecutor):
             self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
-                down_labs_of(self._worker_pids)
+                down_labs_of(self._workers)
 
     def describe(self) -> str:
         return self.machines_label
@@ -255,21 +267,23 @@ class DaskExecutor(CellExecutor):
         return rows
 
 
-def down_labs_of(pids: set[int]) -> list[str]:
-    """Take down the labs these (local, now stopped) worker processes owned.
+def down_labs_of(workers: set[tuple[int, int | None]]) -> list[str]:
+    """Take down the labs these (local, now stopped) worker processes owned, each
+    named by its pid and start time.
 
     A worker takes its lab down when the run closes it, and at exit. But a run that
     stops on an error can close its cluster while a worker is still bringing a
     lab up for its next cell: the worker is killed, and its lab's namespaces and
     processes stay, an orphan. Everything the run made goes on its way out, so
-    these are removed here, not left for ``ptlab lab down``; another lab on the
-    machine, whoever's, is never touched (its owner is not one of ``pids``)."""
+    these are removed here, not left for ``ptlab lab down``. Another lab on the
+    machine is never touched: a live owner's, or a dead one's that is not ours
+    (even one whose pid a worker of ours was later given: the start times differ)."""
     from netns import cleanup, ownership
 
     removed = []
     for lab_id in sorted(cleanup.all_lab_ids()):
         owner = ownership.read_owner(lab_id)
-        if owner is not None and owner.pid in pids and not owner.alive():
+        if owner is not None and (owner.pid, owner.start) in workers and not owner.alive():
             cleanup.down(lab_id)
             removed.append(lab_id)
     return removed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import time
@@ -24,17 +25,30 @@ from .spec import Spec
 
 
 class RunStopped(LabError):
-    """The run could not write its results and stopped; what it wrote stays."""
+    """The run could not write what it measured (a full disk) and stopped; what it
+    wrote before stays, for ``--resume``."""
 
     # commands.common.EXIT_ERROR_CELL: as for a cell that could not be measured, the
     # machine failed, not a transport.
     exit_code = 4
 
-    def __init__(self, out_dir: Path, kept: int, exc: OSError) -> None:
+    def __init__(self, out_dir: Path, exc: OSError) -> None:
         why = exc.strerror or str(exc)
-        super().__init__(f"the run stopped: writing its results to {out_dir} failed ({why}); "
-                         f"{out_dir / 'results.json'} holds the {kept} cells before it: "
-                         f"free the space and finish with `ptlab run SPEC --resume {out_dir}`")
+        where = exc.filename or out_dir
+        try:
+            kept = len(json.loads((out_dir / "results.json").read_text())["rows"])
+        except (OSError, ValueError, KeyError, TypeError):
+            kept = None
+        then = (f"{out_dir / 'results.json'} holds the {kept} cells written before it: free "
+                f"the space and finish with `ptlab run SPEC --resume {out_dir}`"
+                if kept is not None else "no results were kept: free the space and run it "
+                "again")
+        super().__init__(f"the run stopped: writing {where} failed ({why}); {then}")
+
+
+#: Errors that say the disk (or the user's share of it) is full: wherever a run meets
+#: one (its results, a cell's captures, the report), it stops as RunStopped.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclass
@@ -53,6 +67,22 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                    capture: bool = True, runner: LabRunner | None = None,
                    prior: Results | None = None,
                    executor: CellExecutor | None = None) -> Outcome:
+    """Run `spec` and write results.json, results.csv and report.html to `out_dir`
+    (:func:`_run_experiment`); a full disk met anywhere on the way stops the run as
+    :class:`RunStopped`, its labs taken down, what it wrote kept."""
+    try:
+        return _run_experiment(spec, out_dir, console, lab_id, capture, runner, prior,
+                               executor)
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        raise RunStopped(out_dir, exc) from None
+
+
+def _run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None = None,
+                    capture: bool = True, runner: LabRunner | None = None,
+                    prior: Results | None = None,
+                    executor: CellExecutor | None = None) -> Outcome:
     """Run `spec` and write results.json, results.csv and report.html to `out_dir`.
 
     `executor` runs the cells: by default one lab here, through `runner` (the
@@ -116,7 +146,7 @@ def run_experiment(spec: Spec, out_dir: Path, console=None, lab_id: str | None =
                 except OSError as exc:
                     # A full disk, say: the last whole results.json stays (the write is
                     # atomic), the labs come down on the way out, and --resume goes on.
-                    raise RunStopped(out_dir, len(done) - 1 + len(kept), exc) from None
+                    raise RunStopped(out_dir, exc) from None
 
             measured = executor.run(cells, on_row)
             if isinstance(executor, DaskExecutor):

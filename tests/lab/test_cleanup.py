@@ -122,18 +122,23 @@ def _orphan_lab(lab_id: str) -> int:
 def test_a_stopped_run_takes_down_its_own_workers_labs_and_no_other():
     """--jobs: a run that stops on an error may kill a worker mid bring-up. The run
     removes the labs its workers owned on its way out (executors.down_labs_of), and
-    leaves another lab whose owner is dead too, someone else's, alone."""
+    leaves alone another lab whose owner is dead too, someone else's, and one whose
+    owner had a worker's pid but another start time (a recycled pid)."""
+    from netns import ownership
     from ptlab.experiment.executors import down_labs_of
 
     ours, theirs = new_id(), new_id()
     ours_pid, theirs_pid = _orphan_lab(ours), _orphan_lab(theirs)
-    assert ours_pid != theirs_pid
     try:
+        assert ours_pid != theirs_pid
         assert cleanup.status(ours).state == cleanup.status(theirs).state == "orphan"
-        assert down_labs_of({ours_pid}) == [ours]
+        owner = ownership.read_owner(ours)
+        assert owner is not None and owner.pid == ours_pid and owner.start is not None
+        assert down_labs_of({(ours_pid, owner.start + 1)}) == []  # the pid, not the process
+        assert down_labs_of({(ours_pid, owner.start)}) == [ours]
         assert lab_traces(ours) == []
         assert lab_traces(theirs) and cleanup.status(theirs).state == "orphan"
-        assert down_labs_of({ours_pid}) == []  # nothing left of ours
+        assert down_labs_of({(ours_pid, owner.start)}) == []  # nothing left of ours
     finally:
         cleanup.down(ours)
         cleanup.down(theirs)

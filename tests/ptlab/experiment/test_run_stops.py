@@ -21,9 +21,10 @@ class RowsOnly(CellExecutor):
 
     machines_label = "no lab (test)"
 
-    def __init__(self) -> None:
+    def __init__(self, fail_at: int | None = None) -> None:
         super().__init__()
         self.closed = False
+        self.fail_at = fail_at  # the cell whose own files meet a full disk
 
     def __enter__(self) -> RowsOnly:
         return self
@@ -39,7 +40,9 @@ class RowsOnly(CellExecutor):
 
     def run(self, cells: Sequence[tuple[str, str]], on_row) -> list:
         rows = []
-        for transport, censor in cells:
+        for i, (transport, censor) in enumerate(cells):
+            if i == self.fail_at:  # as a worker's captures are unpacked, before on_row
+                raise OSError(errno.ENOSPC, "No space left on device", "cells/x.pcap")
             row = reachable_row(transport=transport, censor=censor, expectation=None,
                                 expectation_met=None)
             on_row(row)
@@ -73,13 +76,48 @@ def test_a_full_disk_stops_the_run_keeping_what_it_wrote(tmp_path, monkeypatch):
                                                               ("direct", "ip-blocklist")]
 
 
+def spec_of_four():
+    return parse_spec({"transports": {"direct": {}, "obfs4": {}},
+                       "censors": {"none": {}, "ip-blocklist": {}}})
+
+
+def test_a_full_disk_met_outside_the_results_stops_the_run_too(tmp_path):
+    """A cell's own files (a worker's captures) meet the full disk before its row is
+    written: the same stop, naming the file."""
+    executor = RowsOnly(fail_at=3)
+    with pytest.raises(run_module.RunStopped) as stopped:
+        run_module.run_experiment(spec_of_four(), tmp_path, executor=executor)
+    assert "writing cells/x.pcap failed (No space left on device)" in str(stopped.value)
+    assert "holds the 3 cells" in str(stopped.value) and executor.closed
+
+
+def test_with_nothing_written_it_says_to_run_again_not_to_resume(tmp_path, monkeypatch):
+    def full(results, directory: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_module, "write_results", full)
+    with pytest.raises(run_module.RunStopped) as stopped:
+        run_module.run_experiment(spec_of_four(), tmp_path, executor=RowsOnly())
+    assert "no results were kept: free the space and run it again" in str(stopped.value)
+    assert "--resume" not in str(stopped.value)
+
+
+def test_other_errors_are_not_taken_for_a_full_disk(tmp_path):
+    class Broken(RowsOnly):
+        def run(self, cells, on_row):
+            raise OSError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(PermissionError):
+        run_module.run_experiment(spec_of_four(), tmp_path, executor=Broken())
+
+
 def test_the_cli_says_it_in_one_line_with_its_exit_status(monkeypatch, capsys, tmp_path):
     from ptlab import cli
     from ptlab.commands import run as run_command
 
     def stops(args) -> int:
-        raise run_module.RunStopped(tmp_path, 7, OSError(errno.ENOSPC,
-                                                         "No space left on device"))
+        raise run_module.RunStopped(tmp_path, OSError(errno.ENOSPC,
+                                                      "No space left on device"))
 
     monkeypatch.setattr(run_command, "cmd_run", stops)
     assert cli.main(["run", "whatever.toml"]) == 4

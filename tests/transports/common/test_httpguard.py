@@ -157,7 +157,7 @@ async def test_at_the_cap_an_application_may_shed_one_of_its_own_for_a_newcomer(
     """The Snowflake bridge names the WebSocket silent longest; here the hook sheds
     nothing the first time (the newcomer is refused, as without a hook) and then
     one of the long requests (the newcomer is admitted and served)."""
-    guard, runner, server, port = await start(HttpLimits(max_connections=2), slow_s=1.0)
+    guard, runner, server, port = await start(HttpLimits(max_connections=2), slow_s=3.0)
     victims: list[object] = []
 
     def shed() -> bool:
@@ -169,9 +169,11 @@ async def test_at_the_cap_an_application_may_shed_one_of_its_own_for_a_newcomer(
         victim.transport.close()
         return True
     guard.shed = shed
-    # The long requests are raw sockets, not aiohttp's client: that one sends its GET
-    # again on a new connection when the shed one is cut, and the retry (at the cap,
-    # with the newcomer still waiting for its head) would evict the newcomer.
+    # The long requests last 3 s, so the newcomer comes while both are still served,
+    # however slow the machine. They are raw sockets, not aiohttp's client: that one
+    # sends its GET again on a new connection when the shed one is cut, and the retry
+    # (at the cap, with the newcomer still waiting for its head) would evict the
+    # newcomer.
     busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     try:
         for _, w in busy:
@@ -184,7 +186,7 @@ async def test_at_the_cap_an_application_may_shed_one_of_its_own_for_a_newcomer(
         assert await get(port) == "hello"  # the hook sheds a long request for it
         assert (guard.stats.refused, guard.stats.shed) == (1, 1)
         assert len(victims) == 2  # asked twice, shed once
-        answers = [await asyncio.wait_for(r.read(), 5) for r, _ in busy]
+        answers = [await asyncio.wait_for(r.read(), 10) for r, _ in busy]
         assert sorted(a.startswith(b"HTTP/1.1 200 ") for a in answers) == [False, True]
     finally:
         for _, w in busy:
