@@ -54,7 +54,7 @@ class CellTask:
 @dataclass
 class CellResult:
     row: dict[str, Any]
-    files: bytes  # tar.gz of the cell's directories, relative to the results
+    files: bytes  # a tar of the cell's directories and captures, relative to the results
     events: list[str] = field(default_factory=list)  # events.jsonl lines
     integrity_failure: str | None = None
     worker: str = ""  # which worker ran it (hostname:pid), for provenance
@@ -101,13 +101,20 @@ def pin(cpus: list[int]) -> None:
     os.sched_setaffinity(0, cpus)
 
 
-def _pack(root: Path, names: list[str]) -> bytes:
+def _pack(root: Path, names: list[str], pcaps: list[str]) -> bytes:
+    """The cell's directories and its captures (pcaps/, with their tcpdump logs), as
+    a tar whose paths are the results directory's. Not compressed: whole-packet
+    captures are most of it, hundreds of MB a cell, and compress little and slowly."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w") as tar:
         for name in names:
             path = root / "cells" / name
             if path.exists():
                 tar.add(path, arcname=f"cells/{name}")
+        for name in pcaps:
+            path = root / "pcaps" / name
+            if path.exists():
+                tar.add(path, arcname=f"pcaps/{name}")
     return buf.getvalue()
 
 
@@ -119,18 +126,28 @@ def run_cell(task: CellTask) -> CellResult:
             lab = _LABS[task.run_id] = _Lab(task)
         lab.runner.adopt_baselines([Row.from_dict(r) for r in task.baselines])
         cells_before = set(_cell_dirs(lab.dir))
+        pcaps_before = set(_pcap_files(lab.dir))
         row: Row = lab.runner.run_cell(task.transport, task.censor)
         new_dirs = sorted(set(_cell_dirs(lab.dir)) - cells_before)
+        new_pcaps = sorted(set(_pcap_files(lab.dir)) - pcaps_before)
         failures = lab.runner.integrity_failures[lab.failures_read:]
         lab.failures_read = len(lab.runner.integrity_failures)
         result = CellResult(
-            row=row.to_dict(), files=_pack(lab.dir, new_dirs), events=lab.new_events(),
+            row=row.to_dict(), files=_pack(lab.dir, new_dirs, new_pcaps),
+            events=lab.new_events(),
             integrity_failure=failures[-1] if failures else None,
             worker=f"{os.uname().nodename}:{os.getpid()}", git_sha=git_state()[0],
             lab_id=getattr(lab.runner.lab, "id", None))
         for name in new_dirs:  # handed back: the worker keeps no copy
             shutil.rmtree(lab.dir / "cells" / name, ignore_errors=True)
+        for name in new_pcaps:  # nor of its captures, which would fill its disk
+            (lab.dir / "pcaps" / name).unlink(missing_ok=True)
         return result
+
+
+def _pcap_files(root: Path) -> list[str]:
+    pcaps = root / "pcaps"
+    return [p.name for p in pcaps.iterdir() if p.is_file()] if pcaps.is_dir() else []
 
 
 def _cell_dirs(root: Path) -> list[str]:

@@ -190,6 +190,12 @@ class DaskExecutor(CellExecutor):
             if self.cluster is not None:
                 self.cluster.close()
                 down_labs_of(self._workers)
+                # And the workers' files for this run (those of a worker that died or
+                # was stopped mid-cell, which its close never removed): local workers
+                # share this machine's disk.
+                from .cellworker import WORK_ROOT
+
+                shutil.rmtree(WORK_ROOT / self.run_id, ignore_errors=True)
 
     def describe(self) -> str:
         return self.machines_label
@@ -213,7 +219,7 @@ class DaskExecutor(CellExecutor):
                 out.write("\n".join(lines) + "\n")
 
     def _unpack(self, files: bytes) -> None:
-        with tarfile.open(fileobj=BytesIO(files), mode="r:gz") as tar:
+        with tarfile.open(fileobj=BytesIO(files), mode="r:*") as tar:
             tar.extractall(self.out, filter="data")
 
     def run(self, cells: Sequence[Cell], on_row: OnRow) -> list[Row]:

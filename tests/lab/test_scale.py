@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.daskcluster import LocalDaskCluster
 
-from .conftest import REPO, ptlab
+from .conftest import REPO, lab_traces, ptlab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 distributed = pytest.importorskip("distributed")
@@ -87,6 +87,17 @@ def statuses(out: Path) -> dict[str, str]:
     return {c: r["status"] for c, r in zip(cells, rows, strict=True)}
 
 
+def captures_all_there(out: Path) -> None:
+    """Every capture a row names came back to the results directory (with --jobs and
+    Dask they stayed with the workers: missing from the results, and piling up on
+    the workers' disk until a full matrix filled it)."""
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    named = [p for r in rows for p in r.get("pcaps") or []]
+    assert len(named) == 2 * len(rows)  # both sides of the censor, every cell
+    missing = [p for p in named if not (out / p).is_file()]
+    assert not missing, missing
+
+
 def test_a_real_scheduler_and_two_workers_give_the_serial_statuses(spec, serial, cluster,
                                                                  tmp_path):
     out = tmp_path / "dask"
@@ -97,8 +108,9 @@ def test_a_real_scheduler_and_two_workers_give_the_serial_statuses(spec, serial,
     written = json.loads((out / "results.json").read_text())
     assert len(written["provenance"]["workers"]) == 2  # both workers took cells
     assert (out / "report.html").exists() and (out / "events.jsonl").stat().st_size > 0
-    # Each cell's files came back from the worker that ran it.
+    # Each cell's files came back from the worker that ran it, its captures too.
     assert (out / "cells" / "obfs4__gfw-fet").is_dir()
+    captures_all_there(out)
 
 
 def test_a_worker_killed_mid_run_loses_and_doubles_nothing(spec, serial, cluster, tmp_path):
@@ -133,6 +145,49 @@ def test_two_labs_at_once_give_the_serial_statuses(spec, serial, tmp_path):
     assert written["settings"]["run.labs_at_once"] == 2  # speeds under contention, said
     assert "labs measured at once" in (out / "report.html").read_text()
     assert len(written["provenance"]["lab_id"].split(",")) == 2
+    captures_all_there(out)
+
+
+def test_an_interrupted_run_of_two_labs_leaves_no_lab_behind(spec, tmp_path):
+    """SIGTERM (or Ctrl-C) mid-run: exit 130, the rows so far kept, and both workers'
+    labs gone, even the lab of a worker that died first without taking it down (as
+    one does when the run closes its cluster mid bring-up)."""
+    from netns import cleanup, ownership
+
+    out = tmp_path / "stopped"
+    run = subprocess.Popen([sys.executable, "-m", "ptlab", "run", str(spec), "--jobs", "2",
+                            "--results", str(out)], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    labs: dict[str, int] = {}  # lab -> its worker
+    try:
+        deadline = time.monotonic() + 300
+        done = out / "results.json"
+        while time.monotonic() < deadline and run.poll() is None:
+            workers = {int(p) for p in subprocess.run(
+                ["pgrep", "-P", str(run.pid)], capture_output=True, text=True).stdout.split()}
+            for lab_id in cleanup.all_lab_ids():
+                owner = ownership.read_owner(lab_id)
+                if owner is not None and owner.pid in workers:
+                    labs[lab_id] = owner.pid
+            if len(labs) == 2 and done.exists() and json.loads(done.read_text())["rows"]:
+                break
+            time.sleep(0.3)
+        os.kill(min(labs.values()), signal.SIGKILL)  # a worker dies, its lab left up
+        time.sleep(1)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert len(labs) == 2, labs  # both labs were up when it was stopped
+    assert run.returncode == 130, err.decode()[-2000:]
+    assert "Traceback" not in err.decode()
+    assert json.loads((out / "results.json").read_text())["rows"]
+    assert {lab_id: lab_traces(lab_id) for lab_id in labs} == {lab_id: [] for lab_id in labs}
+    # Nor the workers' files (WORK_ROOT/<run>/<worker pid>), the killed one's included.
+    from ptlab.experiment.cellworker import WORK_ROOT
+
+    assert not [d for pid in labs.values() for d in WORK_ROOT.glob(f"*/{pid}")]
 
 
 def test_a_run_killed_outright_resumes_with_only_what_it_lacks(spec, serial, tmp_path):
