@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -53,6 +54,12 @@ def apply_options(spec: Spec, args: argparse.Namespace) -> None:
     spec.selection.check(list(spec.transports), list(spec.censors))
 
 
+def without_errors(prior: Results) -> Results:
+    """``--retry-errors``: the run to finish less its ERROR cells, which run again (a
+    cell the machine failed, a full disk say, is measured this time)."""
+    return dataclasses.replace(prior, rows=[r for r in prior.rows if r.status != "ERROR"])
+
+
 def resume_from(spec: Spec, directory: Path, force: bool) -> Results:
     """The results of an interrupted run to finish: refused in one line when this run
     would not be the same one (spec, settings, selection, code), unless forced."""
@@ -92,7 +99,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return check_spec(spec, args.json)
     for warning in spec.warnings if not args.quick else []:
         print(f"ptlab: warning: {warning}", file=sys.stderr)
+    if args.retry_errors and not args.resume:
+        return die("--retry-errors goes with --resume DIR")
     prior = resume_from(spec, Path(args.resume), args.force) if args.resume else None
+    if prior is not None and args.retry_errors:
+        prior = without_errors(prior)
     require_root()
     require_tools("ip", "nft", "tc", "tcpdump")
     out = Path(args.resume or args.results or new_run_dir())
@@ -222,6 +233,9 @@ def add_parser(sub: Subparsers) -> None:
                    help="finish the interrupted run in DIR: only the cells it lacks")
     r.add_argument("--force", action="store_true",
                    help="--resume even if the spec, settings, selection or code differ")
+    r.add_argument("--retry-errors", action="store_true",
+                   help="--resume: run DIR's ERROR cells again too (the machine failed "
+                        "them, not the transport)")
     r.add_argument("--jobs", type=int, metavar="N",
                    help="run N labs at once on this machine, each with its own id and "
                         "namespaces (goodput and latency are then marked as measured "

@@ -40,7 +40,8 @@ class RunStopped(LabError):
         except (OSError, ValueError, KeyError, TypeError):
             kept = None
         then = (f"{out_dir / 'results.json'} holds the {kept} cells written before it: free "
-                f"the space and finish with `ptlab run SPEC --resume {out_dir}`"
+                f"the space and finish with `ptlab run SPEC --resume {out_dir} "
+                "--retry-errors` (which also runs again the cells that failed with it)"
                 if kept is not None else "no results were kept: free the space and run it "
                 "again")
         super().__init__(f"the run stopped: writing {where} failed ({why}); {then}")

@@ -123,3 +123,38 @@ def test_the_cli_says_it_in_one_line_with_its_exit_status(monkeypatch, capsys, t
     assert cli.main(["run", "whatever.toml"]) == 4
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ptlab: the run stopped: ")
+
+
+def test_retry_errors_runs_the_error_cells_again_and_keeps_the_rest(tmp_path):
+    """After a stop like the one above, `--resume DIR --retry-errors` measures the cells
+    the machine failed (ERROR) again, with those the run lacks, and keeps the others."""
+    from ptlab.commands.run import without_errors
+    from ptlab.common.results import Results, load_results, write_results
+
+    spec = spec_of_four()
+    earlier = [reachable_row(transport="direct", censor="none", expectation=None,
+                             expectation_met=None),
+               reachable_row(transport="direct", censor="ip-blocklist", status="ERROR",
+                             error="the cell's task failed: OSError: No space left",
+                             expectation=None, expectation_met=None)]
+    write_results(Results(started="2026-11-28T20:00:00+00:00", finished="",
+                          spec_path="", rows=earlier), tmp_path)
+    ran: list[tuple[str, str]] = []
+
+    class Recording(RowsOnly):
+        def run(self, cells, on_row):
+            ran.extend(cells)
+            return super().run(cells, on_row)
+
+    prior = without_errors(load_results(tmp_path))
+    run_module.run_experiment(spec, tmp_path, executor=Recording(), prior=prior)
+    assert ("direct", "ip-blocklist") in ran and ("direct", "none") not in ran
+    rows = {(r.transport, r.censor): r.status for r in load_results(tmp_path).rows}
+    assert rows[("direct", "ip-blocklist")] == "reachable" and len(rows) == 4
+
+
+def test_retry_errors_needs_resume(capsys):
+    from ptlab import cli
+
+    assert cli.main(["run", "--retry-errors"]) == 2
+    assert "--retry-errors goes with --resume DIR" in capsys.readouterr().err
