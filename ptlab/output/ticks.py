@@ -32,6 +32,8 @@ from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullFormatter
 GAP_EM = 1.0
 #: Mantissas per decade, densest first.
 _MANTISSAS = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
+#: Each tick label's extent along its axis, in points (None: no axis to measure).
+Spans = list[tuple[float, float]] | None
 #: How far (points) a label keeps from the figure's edge: the measure here and the
 #: renderer's differ by a fraction of a point.
 _EDGE_CLEARANCE_PT = 1.0
@@ -113,27 +115,30 @@ class FittingLocator(Locator):
         if vmin == vmax:  # a degenerate view: room around the one value
             vmin, vmax = (vmin / 2, vmax * 2) if self.log else (vmin - 1, vmax + 1)
         single: list[float] = []
-        several: list[list[float]] = []
+        several: list[tuple[list[float], Spans]] = []
         for ticks in self.tick_sets(vmin, vmax):
-            ticks = self._inside_figure(ticks)
+            ticks, spans = self._inside_figure(ticks)
             if len(ticks) == 1:
                 single = single or ticks
             elif ticks:
-                if self._fits(ticks):
+                if self._fits(spans):
                     return ticks
-                several.append(ticks)
+                several.append((ticks, spans))
         # None fits whole: every k-th tick of the sparsest sets (200 1000 of 200 500 1000).
-        for ticks in reversed(several):
+        for ticks, spans in reversed(several):
             for step in range(2, len(ticks)):
-                if len(ticks[::step]) >= 2 and self._fits(ticks[::step]):
+                if len(ticks[::step]) >= 2 and self._fits(
+                        spans[::step] if spans is not None else None):
                     return ticks[::step]
         if single:
             return single
         mid = math.sqrt(vmin * vmax) if self.log else (vmin + vmax) / 2
         return [mid]
 
-    def _inside_figure(self, ticks: list[float]) -> list[float]:
-        """``ticks`` less those at either end whose labels would leave the figure.
+    def _inside_figure(self, ticks: list[float]) -> tuple[list[float], Spans]:
+        """``ticks`` less those at either end whose labels would leave the figure, and
+        the labels' spans (None with no axis to measure), measured once for both
+        this and :meth:`_fits`.
 
         Why: the layout (constrained) makes room around a panel for the labels of
         the ticks the locator gave at *its* pass; the final draw asks again at the
@@ -143,14 +148,15 @@ class FittingLocator(Locator):
         the set (0.01 0.03 0.1), where refusing the set would lose a density."""
         axis = self.axis
         if len(ticks) < 2 or not isinstance(axis, Axis) or axis.axes is None:
-            return ticks
+            return ticks, None
         spans = self._spans(ticks)
         box = axis.axes.figure.bbox
         horizontal = isinstance(axis, XAxis)
         ppp = 72.0 / axis.axes.figure.dpi
         lo, hi = ((box.x0, box.x1) if horizontal else (box.y0, box.y1))
         lo, hi = lo * ppp + _EDGE_CLEARANCE_PT, hi * ppp - _EDGE_CLEARANCE_PT
-        return [v for v, (a, b) in zip(ticks, spans, strict=True) if lo <= a and b <= hi]
+        kept = [i for i, (a, b) in enumerate(spans) if lo <= a and b <= hi]
+        return [ticks[i] for i in kept], [spans[i] for i in kept]
 
     def _spans(self, ticks: list[float]) -> list[tuple[float, float]]:
         """Each tick's label's extent along the axis as it is laid out now, in points."""
@@ -171,17 +177,16 @@ class FittingLocator(Locator):
             spans.append((centre - size / 2, centre + size / 2))
         return spans
 
-    def _fits(self, ticks: list[float]) -> bool:
-        """Whether the labels of ``ticks``, laid along the axis as it is now, leave
-        a gap of GAP_EM between neighbours (True with no axis to measure)."""
+    def _fits(self, spans: Spans) -> bool:
+        """Whether labels at these ``spans`` (of :meth:`_spans`) leave a gap of GAP_EM
+        between neighbours (True with no axis to measure)."""
         axis = self.axis
-        if not isinstance(axis, Axis) or axis.axes is None:
+        if spans is None or not isinstance(axis, Axis):
             return True
-        spans = self._spans(ticks)
         font = axis.get_major_ticks(1)[0].label1.get_fontproperties()
         gap = GAP_EM * font.get_size_in_points()
-        spans.sort()
-        return all(b[0] - a[1] >= gap for a, b in zip(spans, spans[1:], strict=False))
+        ordered = sorted(spans)
+        return all(b[0] - a[1] >= gap for a, b in zip(ordered, ordered[1:], strict=False))
 
 
 @functools.lru_cache(maxsize=4096)
