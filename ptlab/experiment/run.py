@@ -14,7 +14,14 @@ from censor_sim.profile import load_profile, profile_path
 from netns.capture import WHOLE_PACKETS
 from netns.errors import LabError
 
-from ..common.results import PEER_BINARIES, Results, now_iso, provenance, write_results
+from ..common.results import (
+    PEER_BINARIES,
+    Results,
+    load_results,
+    now_iso,
+    provenance,
+    write_results,
+)
 from ..common.specfile import flatten_keys
 from ..output.report import render_report
 from ..output.runindex import write_index
@@ -35,9 +42,9 @@ class RunStopped(LabError):
     def __init__(self, out_dir: Path, exc: OSError) -> None:
         why = exc.strerror or str(exc)
         where = exc.filename or out_dir
-        try:
-            kept = len(json.loads((out_dir / "results.json").read_text())["rows"])
-        except (OSError, ValueError, KeyError, TypeError):
+        try:  # what the results directory really holds, read as --resume reads it
+            kept: int | None = len(load_results(out_dir).rows)
+        except (OSError, ValueError):
             kept = None
         then = (f"{out_dir / 'results.json'} holds the {kept} cells written before it: free "
                 f"the space and finish with `ptlab run SPEC --resume {out_dir} "
