@@ -99,7 +99,11 @@ from transports.snowflake.carriers import WebSocketCarrier  # noqa: E402
 from transports.snowflake.turbotunnel import TOKEN, encapsulation  # noqa: E402
 from transports.snowflake.turbotunnel.redial import TurboTunnelSession  # noqa: E402
 
-EXCHANGE = os.urandom(64 * 1024)
+# What a legitimate client sends to the echo upstream. Its first byte is never
+# DOWNLOAD_BYTE, which would ask the upstream for an endless download instead of
+# an echo: os.urandom alone gave that 1 time in 256, a "bytes differ" row.
+DOWNLOAD_BYTE = b"F"
+EXCHANGE = b"E" + os.urandom(64 * 1024 - 1)
 FLOOD = os.urandom(64 * 1024)
 # What the endless upstream of the never-read rows sends, over and over: the same in
 # every process, so the legitimate client (a process of its own) can check its bytes.
@@ -135,7 +139,7 @@ async def start_upstream(endless: bool = False) -> tuple[asyncio.Server, int]:
                     writer.write(PATTERN)
                     await writer.drain()
             first = await reader.readexactly(1)
-            if first == b"F":
+            if first == DOWNLOAD_BYTE:
                 while True:
                     writer.write(FLOOD)
                     await writer.drain()
@@ -536,7 +540,7 @@ class UnreadStreams(Junk):
                 except Exception:  # noqa: BLE001 - a refused stream is the bridge's answer
                     self.refused += 1
                     continue
-                writer.write(b"F")
+                writer.write(DOWNLOAD_BYTE)
             left -= self.per_client
         await asyncio.sleep(3.0)  # let the downloads fill whatever they can
 

@@ -105,6 +105,28 @@ def test_hostile_quick_floods_leave_room_for_a_legitimate_client(capsys):
         assert float(r[5]) <= 300, r  # peak RSS within the goal
 
 
+async def test_hostile_upstream_echoes_the_legitimate_exchange_and_floods_on_its_byte():
+    """The legitimate client's bytes come back as they went, in any process: the
+    echo upstream reads a first DOWNLOAD_BYTE as a request for an endless download,
+    and an EXCHANGE drawn at random once began with it (CI's "bytes differ")."""
+    import asyncio
+
+    hostile = load("hostile")
+    assert hostile.EXCHANGE[:1] != hostile.DOWNLOAD_BYTE
+    server, port = await hostile.start_upstream()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(hostile.EXCHANGE)
+        assert await reader.readexactly(len(hostile.EXCHANGE)) == hostile.EXCHANGE
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(hostile.DOWNLOAD_BYTE + b"ignored")
+        assert await reader.readexactly(len(hostile.FLOOD)) == hostile.FLOOD
+        writer.close()
+    finally:
+        server.close()
+
+
 def test_hostile_counts_log_lines_that_name_the_attackers(tmp_path):
     hostile = load("hostile")
     log = tmp_path / "server.log"
