@@ -189,6 +189,28 @@ def test_every_figure_is_written_as_svg_pdf_and_png() -> None:
     assert out.pdf.startswith(b"%PDF-") and out.png.startswith(b"\x89PNG")
 
 
+def test_each_format_is_one_draw_of_the_layout_savefig_would_solve(monkeypatch) -> None:
+    """render solves the constrained layout once and draws each format once (savefig
+    on a figure with a layout engine draws it twice), and its PNG is byte for byte
+    the one savefig writes with the engine in place."""
+    import io
+
+    with_engine = figures.status_grid(default_shape_run())
+    FigureCanvasAgg(with_engine)
+    expected = io.BytesIO()
+    with_engine.savefig(expected, format="png", dpi=figures.PNG_DPI)
+    draws: list[str] = []
+    draw = Figure.draw
+
+    def counted(fig: Figure, renderer) -> None:
+        draws.append(type(renderer).__name__)
+        draw(fig, renderer)
+    monkeypatch.setattr(Figure, "draw", counted)
+    out = figures.render(figures.status_grid(default_shape_run()))
+    assert len(draws) == 3, draws
+    assert out.png == expected.getvalue()
+
+
 def test_the_forty_cell_run_has_forty_cells() -> None:
     rows = forty_cell_run()
     assert len(rows) == 40 and len({r.censor for r in rows}) == len(WIDE_CENSORS)
