@@ -138,11 +138,16 @@ class DaskExecutor(CellExecutor):
         from distributed import Client, LocalCluster
 
         if self.jobs is not None:
+            from .quietworkers import IgnoreInterrupt, interrupts_ignored
+
             # One process per lab, one cell at a time each; Dask's own dashboard off.
-            self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1,
-                                        processes=True, dashboard_address=None,
-                                        silence_logs=40)
+            # Ctrl-C is the run's: its workers ignore SIGINT (quietworkers).
+            with interrupts_ignored():
+                self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1,
+                                            processes=True, dashboard_address=None,
+                                            silence_logs=40)
             self.client = Client(self.cluster)
+            self.client.register_plugin(IgnoreInterrupt())
             self._note_workers()
             self.labs_at_once = self.jobs
             self.machines_label = f"{self.jobs} labs at once on this machine (Dask)"

@@ -104,6 +104,62 @@ def test_sigterm_on_run_takes_its_lab_down(tmp_path):
         cleanup.down(lab_id)
 
 
+TWO_LABS_SPEC = """
+[experiment]
+name = "ctrl-c"
+repetitions = 1
+[transports.direct]
+[transports.obfs4]
+[censors.none]
+[censors.ip-blocklist]
+[workloads.benign]
+enabled = false
+"""
+
+
+def test_ctrl_c_on_a_run_of_two_labs_is_one_line_and_leaves_no_lab(tmp_path):
+    """Ctrl-C signals the terminal's whole process group: the run and its Dask
+    workers. The run stops in one line (exit 130); the workers, which leave SIGINT
+    to the run, print no traceback, and their labs go with them."""
+    import os
+    import subprocess
+    import sys
+
+    from netns import ownership
+
+    from .conftest import REPO
+
+    spec = tmp_path / "two.toml"
+    spec.write_text(TWO_LABS_SPEC)
+    out = tmp_path / "res"
+    run = subprocess.Popen([sys.executable, "-m", "ptlab", "run", str(spec), "--quick",
+                            "--jobs", "2", "--results", str(out)], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=True)  # a group of its own, as a terminal's
+    labs: set[str] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and run.poll() is None:
+            workers = {int(p) for p in subprocess.run(
+                ["pgrep", "-P", str(run.pid)], capture_output=True, text=True).stdout.split()}
+            labs |= {lab_id for lab_id in cleanup.all_lab_ids()
+                     if (owner := ownership.read_owner(lab_id)) and owner.pid in workers}
+            if labs and (out / "results.json").exists():
+                break
+            time.sleep(0.3)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    text = err.decode()
+    assert labs, text[-2000:]  # a worker's lab was up when Ctrl-C came
+    assert run.returncode == 130, text[-2000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert text.rstrip().endswith("ptlab: interrupted"), text[-2000:]
+    assert {lab_id: lab_traces(lab_id) for lab_id in labs} == {lab_id: [] for lab_id in labs}
+
+
 def test_run_exits_4_with_an_error_cell_and_says_so_in_junit(tmp_path):
     spec = tmp_path / "broken.toml"
     spec.write_text(BROKEN_SPEC)
