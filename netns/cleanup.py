@@ -38,7 +38,8 @@ def all_lab_ids() -> set[str]:
         if line.strip() and (i := lab_id_of_ns(line.split()[0])):
             ids.add(i)
     if ownership.STATE_ROOT.is_dir():
-        ids.update(p.name for p in ownership.STATE_ROOT.iterdir() if p.is_dir())
+        ids.update(p.name for p in ownership.STATE_ROOT.iterdir()
+                   if p.is_dir() and not p.name.startswith("."))
     if ETC_NETNS.is_dir():
         ids.update(i for p in ETC_NETNS.iterdir() if (i := lab_id_of_ns(p.name)))
     return ids
@@ -55,10 +56,9 @@ class LabStatus:
 def status(lab_id: str) -> LabStatus:
     owner = ownership.read_owner(lab_id)
     if owner is None:
-        # A lab being created has a state directory but maybe no owner yet.
-        d = ownership.state_dir(lab_id)
-        young = d.is_dir() and time.time() - d.stat().st_mtime < 10
-        state = "owned" if young else "orphan"
+        # A claim puts the directory in place with its owner (ownership.claim): one
+        # without is no lab being made, but debris.
+        state = "orphan"
     elif owner.detached:
         state = "detached"
     else:
@@ -110,6 +110,7 @@ def down(lab_id: str) -> None:
 
 def down_orphans() -> list[str]:
     """Remove every lab whose owner is dead; return their ids."""
+    ownership.sweep_claims()
     removed = []
     for lab_id in sorted(all_lab_ids()):
         if status(lab_id).state == "orphan":
@@ -119,6 +120,7 @@ def down_orphans() -> list[str]:
 
 
 def down_all() -> list[str]:
+    ownership.sweep_claims()
     ids = sorted(all_lab_ids())
     for lab_id in ids:
         down(lab_id)

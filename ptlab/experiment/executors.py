@@ -143,8 +143,12 @@ class DaskExecutor(CellExecutor):
             # One process per lab, one cell at a time each; Dask's own dashboard off.
             # Ctrl-C is the run's: its workers ignore SIGINT (quietworkers).
             with interrupts_ignored():
+                # The scheduler serves HTTP (health, metrics) even with no dashboard,
+                # on 8787 by default: a second run at once warned that it was taken.
                 self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1,
                                             processes=True, dashboard_address=None,
+                                            scheduler_kwargs={"dashboard": False,
+                                                              "dashboard_address": ":0"},
                                             silence_logs=40)
             self.client = Client(self.cluster)
             self.client.register_plugin(IgnoreInterrupt())
@@ -185,9 +189,14 @@ class DaskExecutor(CellExecutor):
 
         if self.cluster is not None:
             self._note_workers()
+        # Stopped mid-run (Ctrl-C, SIGTERM, a full disk), a worker would close its lab
+        # only after the cell it is running, minutes for some: our own workers are
+        # stopped instead, and their labs taken down below.
+        stopped = exc[0] is not None and self.cluster is not None
         try:
-            events = self.client.run(close_run, self.run_id)
-            self._append_events([line for lines in events.values() for line in lines])
+            if not stopped:
+                events = self.client.run(close_run, self.run_id)
+                self._append_events([line for lines in events.values() for line in lines])
         except (OSError, TimeoutError, RuntimeError):
             pass  # a worker gone: its lab is an orphan, for ptlab lab down
         finally:
