@@ -139,7 +139,10 @@ def test_ctrl_c_on_a_run_of_two_labs_is_one_line_and_leaves_no_lab(tmp_path):
     run = subprocess.Popen([sys.executable, "-m", "ptlab", "run", str(spec), "--quick",
                             "--jobs", "2", "--results", str(out)], cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           start_new_session=True)  # a group of its own, as a terminal's
+                           start_new_session=True,  # a group of its own, as a terminal's
+                           # A terminal's foreground command takes SIGINT: one started by
+                           # a background job inherits it ignored (CI's harness may be).
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     labs: set[str] = set()
     try:
         deadline = time.monotonic() + 180
