@@ -7,7 +7,8 @@ follows:
 
 * the message is the first client→server packet with payload, cut to its
   first **2048** bytes, and it is only tested when at least **149** bytes long
-  (obfs4's shortest client handshake);
+  (the scripts' constant; obfs4's shortest client hello is 141 bytes, so about
+  one obfs4 hello in 1,000 is too short to be tested);
 * it is split into non-overlapping **8-byte** blocks, and the plug-in Shannon
   entropy of each block is computed;
 * that sample is compared with block entropies of random bytes by a
