@@ -3,6 +3,7 @@ breaks a benchmark fails here rather than when someone needs the figures."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import importlib.util
 import re
@@ -109,8 +110,6 @@ async def test_hostile_upstream_echoes_the_legitimate_exchange_and_floods_on_its
     """The legitimate client's bytes come back as they went, in any process: the
     echo upstream reads a first DOWNLOAD_BYTE as a request for an endless download,
     and an EXCHANGE drawn at random once began with it (CI's "bytes differ")."""
-    import asyncio
-
     hostile = load("hostile")
     assert hostile.EXCHANGE[:1] != hostile.DOWNLOAD_BYTE
     server, port = await hostile.start_upstream()

@@ -20,10 +20,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Figures on their own canvases, never pyplot: no global backend state.
@@ -77,13 +76,15 @@ def render(fig: Figure) -> Rendered:
     no layout engine left, each format is one draw: savefig draws a figure that
     has an engine twice, a dry run for the layout and then the output, which
     made a 966-cell report's figures cost twice what they draw."""
-    canvas = FigureCanvasAgg(fig)  # savefig picks each format's canvas; Agg is the figure's own
+    FigureCanvasAgg(fig)  # savefig picks each format's canvas; Agg is the figure's own
     svg, pdf, png = io.BytesIO(), io.BytesIO(), io.BytesIO()
     engine = fig.get_layout_engine()
     if engine is not None:
-        with _setattr(fig, "dpi", PNG_DPI):
-            canvas.get_renderer()  # the renderer the layout measures text with
+        dpi, fig.dpi = fig.dpi, PNG_DPI  # the layout measures text as the PNG draws it
+        try:
             engine.execute(fig)
+        finally:
+            fig.dpi = dpi  # the vector formats' (an embedded image's resolution)
         # None, not "none" (a placeholder engine, which savefig still dry-runs);
         # the rc context keeps a matplotlibrc's autolayout from putting one back.
         with rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
@@ -92,16 +93,6 @@ def render(fig: Figure) -> Rendered:
     fig.savefig(svg, format="svg")
     fig.savefig(pdf, format="pdf")
     return Rendered(svg.getvalue().decode("utf-8"), pdf.getvalue(), png.getvalue())
-
-
-@contextlib.contextmanager
-def _setattr(obj: object, name: str, value: object) -> Iterator[None]:
-    before = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, before)
 
 
 def _mpl(text: str) -> str:

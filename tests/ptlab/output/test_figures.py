@@ -8,6 +8,7 @@ lab is needed; the extents are the Agg canvas's, at the dpi the PNG is written.
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -193,8 +194,6 @@ def test_each_format_is_one_draw_of_the_layout_savefig_would_solve(monkeypatch) 
     """render solves the constrained layout once and draws each format once (savefig
     on a figure with a layout engine draws it twice), and its PNG is byte for byte
     the one savefig writes with the engine in place."""
-    import io
-
     with_engine = figures.status_grid(default_shape_run())
     FigureCanvasAgg(with_engine)
     expected = io.BytesIO()
