@@ -35,6 +35,8 @@ from pathlib import Path
 
 import ptadapter
 
+from netns import procstat
+
 OBFS4PROXY = shutil.which("obfs4proxy") or "/usr/bin/obfs4proxy"
 OURS = [sys.executable, "-m", "transports.pt"]
 CHUNK = 1 << 20
@@ -128,9 +130,10 @@ def one_run(sink: Sink, size: int, block: bytes, connect) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    seconds = procstat.cpu_seconds(pid)
+    if seconds is None:
+        raise ProcessLookupError(pid)
+    return seconds
 
 
 def pt_cmd(kind: str, role: str, profile: Path | None) -> list[str]:

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from netns import procstat  # noqa: E402
 from tests.support.daskcluster import LocalDaskCluster  # noqa: E402
 
 #: 8 rows x 5 columns: quick transports and censors that block in different ways.
@@ -84,15 +85,8 @@ def cluster_cpu(cluster: LocalDaskCluster) -> float:
     """CPU seconds so far of the Dask scheduler's and workers' processes and of their
     reaped children (the labs' processes): /proc/PID/stat's utime, stime, cutime and
     cstime."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for proc in cluster.procs.values():
-        try:
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in fields[11:15])  # fields 14-17 of stat(5)
-    return total / tick
+    return sum(procstat.cpu_seconds(proc.pid, reaped=True) or 0.0
+               for proc in cluster.procs.values())
 
 
 def statuses(out: Path) -> dict[str, str]:

@@ -42,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from netns import procstat  # noqa: E402
+
 UNIT = Path(__file__).resolve().parent.parent / "contrib" / "ptlab-snowflake-proxy.service"
 
 
@@ -95,9 +97,11 @@ def snmp(lab, node: str) -> dict[str, int]:
 
 def cpu_split(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    fields = procstat.fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    return (int(fields[procstat.UTIME]) / procstat.TICK,
+            int(fields[procstat.STIME]) / procstat.TICK)
 
 
 def descriptors(pid: int) -> int:

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import procstat
+
 STATE_ROOT = Path(os.environ.get("PTLAB_STATE_DIR", "/run/ptlab"))
 #: A claim being made: STATE_ROOT/.claim-<lab id>.<pid>, renamed into place whole.
 CLAIMING = ".claim-"
@@ -28,18 +30,6 @@ CLAIMING = ".claim-"
 
 def state_dir(lab_id: str) -> Path:
     return STATE_ROOT / lab_id
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` in clock ticks, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may hold spaces, so split after ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[19])
 
 
 @dataclass
@@ -52,12 +42,12 @@ class Owner:
     def alive(self) -> bool:
         if self.detached:
             return True
-        now = proc_start_time(self.pid)
+        now = procstat.start_time(self.pid)
         return now is not None and now == self.start
 
 
 def _owner_record(pid: int, detached: bool) -> Owner:
-    return Owner(pid, proc_start_time(pid), detached, time.time())
+    return Owner(pid, procstat.start_time(pid), detached, time.time())
 
 
 def _write_record(d: Path, owner: Owner) -> None:
@@ -111,7 +101,7 @@ def sweep_claims() -> list[str]:
         return removed
     for d in STATE_ROOT.glob(f"{CLAIMING}*"):
         pid = d.name.rsplit(".", 1)[-1]
-        if pid.isdigit() and proc_start_time(int(pid)) is not None:
+        if pid.isdigit() and procstat.start_time(int(pid)) is not None:
             continue  # its claimant may still be renaming it
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d.name)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import procstat
 from .errors import LabError
 from .sh import which
 
@@ -142,21 +143,16 @@ class LabProcess:
             time.sleep(0.02)
 
 
-def _group_stats(pgid: int) -> dict[int, list[bytes]]:
-    """Each live (not zombie) member of process group ``pgid``: its /proc stat
-    fields from the state on (state, ppid, pgrp, ..., utime is index 11)."""
+def _group_stats(pgid: int) -> dict[int, list[str]]:
+    """Each live (not zombie) member of process group ``pgid``: its stat fields
+    (:func:`procstat.fields`)."""
     members = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if len(fields) > 14 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+        fields = procstat.fields(int(entry.name))
+        if (fields is not None and int(fields[procstat.PGRP]) == pgid
+                and fields[procstat.STATE] not in ("Z", "X")):
             members[int(entry.name)] = fields
     return members
 
@@ -168,9 +164,6 @@ def live_group_members(pgid: int) -> list[int]:
     no descriptor or device any more, so it does not count.
     """
     return sorted(_group_stats(pgid))
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _threads_runtime(pid: int) -> float | None:
@@ -197,6 +190,7 @@ def group_cpu_seconds(pgid: int) -> float:
     total = 0.0
     for pid, f in _group_stats(pgid).items():
         own = _threads_runtime(pid)
-        total += (own if own is not None else (int(f[11]) + int(f[12])) / _TICK)
-        total += (int(f[13]) + int(f[14])) / _TICK
+        own_ticks = int(f[procstat.UTIME]) + int(f[procstat.STIME])
+        total += own if own is not None else own_ticks / procstat.TICK
+        total += (int(f[procstat.CUTIME]) + int(f[procstat.CSTIME])) / procstat.TICK
     return total

@@ -15,7 +15,8 @@ import sys
 from netns.errors import LabError
 
 from .commands import censor, export, lab, learning, listing, results, run, transports, vm
-from .commands.common import EXIT_INTERRUPTED, EXIT_USAGE, die
+from .commands.common import die
+from .common.exitcodes import EXIT_INTERRUPTED, EXIT_USAGE
 from .common.specfile import SpecError
 
 #: The groups in the order ``ptlab -h`` lists them.

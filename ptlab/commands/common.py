@@ -16,21 +16,18 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..common.exitcodes import (
+    EXIT_CORRUPTED,
+    EXIT_ERROR_CELL,
+    EXIT_EXPECTATION,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+
 if TYPE_CHECKING:
     from ..experiment.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
-
-#: Exit statuses of ``ptlab run`` and ``ptlab vm run`` (docs/lab/experiments.md §5).
-#: A pipeline can tell each outcome from the others; when several happen, the
-#: first of these that applies is the status: corrupted bytes, then ERROR cells,
-#: then failed expectations.
-EXIT_OK = 0  # every cell ran, every expectation held
-EXIT_EXPECTATION = 1  # a cell's status was not the one the spec expects
-EXIT_USAGE = 2  # a mistake a person can make: a bad spec, not root, a missing tool
-EXIT_CORRUPTED = 3  # a bulk download's bytes differed from what the server sent
-EXIT_ERROR_CELL = 4  # a cell could not be measured: its status is ERROR
-EXIT_INTERRUPTED = 130
 
 #: The exit statuses as ``ptlab run -h`` and ``ptlab vm run -h`` print them.
 EXIT_HELP = """exit status:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from netns.sh import require_root, require_tools
 
+from ..common.exitcodes import EXIT_OK, EXIT_USAGE
 from ..common.specfile import SpecError
 from .common import (
     DEFAULT_SPEC,
     EXIT_HELP,
-    EXIT_OK,
-    EXIT_USAGE,
     REPO,
     Subparsers,
     die,

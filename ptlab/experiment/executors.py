@@ -178,11 +178,11 @@ class DaskExecutor(CellExecutor):
 
     def _note_workers(self) -> None:
         """Remember the local workers now running (a nanny may have restarted one)."""
-        from netns.ownership import proc_start_time
+        from netns import procstat
 
         with contextlib.suppress(OSError, TimeoutError, RuntimeError):
             for pid in self.client.run(os.getpid).values():
-                self._workers.add((pid, proc_start_time(pid)))
+                self._workers.add((pid, procstat.start_time(pid)))
 
     def __exit__(self, *exc: object) -> None:
         from .cellworker import close_run

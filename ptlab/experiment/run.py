@@ -14,6 +14,7 @@ from censor_sim.profile import load_profile, profile_path
 from netns.capture import WHOLE_PACKETS
 from netns.errors import LabError
 
+from ..common.exitcodes import EXIT_ERROR_CELL
 from ..common.results import (
     PEER_BINARIES,
     Results,
@@ -35,9 +36,8 @@ class RunStopped(LabError):
     """The run could not write what it measured (a full disk) and stopped; what it
     wrote before stays, for ``--resume``."""
 
-    # commands.common.EXIT_ERROR_CELL: as for a cell that could not be measured, the
-    # machine failed, not a transport.
-    exit_code = 4
+    # As for a cell that could not be measured: the machine failed, not a transport.
+    exit_code = EXIT_ERROR_CELL
 
     def __init__(self, out_dir: Path, exc: OSError) -> None:
         why = exc.strerror or str(exc)

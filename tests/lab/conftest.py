@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netns import ownership
+from netns import ownership, procstat
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,15 +45,7 @@ def lab_traces(lab_id: str) -> list[str]:
 
 
 def pids_alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    alive.add(p)
-        except OSError:
-            pass
-    return alive
+    return {p for p in pids if procstat.alive(p)}
 
 
 def lab_pids(lab_id: str) -> set[int]:

@@ -7,14 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ptlab.commands.common import (
-    EXIT_CORRUPTED,
-    EXIT_ERROR_CELL,
-    EXIT_EXPECTATION,
-    EXIT_OK,
-    make_quick,
-    run_exit_status,
-)
+from ptlab.commands.common import make_quick, run_exit_status
+from ptlab.common.exitcodes import EXIT_CORRUPTED, EXIT_ERROR_CELL, EXIT_EXPECTATION, EXIT_OK
 from ptlab.experiment.spec import parse_spec
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from ptadapter import ClientAdapter, ExtServerAdapter, ServerAdapter
 
+from netns import procstat
 from tests.support.echo import echo, start_echo_server
 from transports import base
 from transports.obfs4.statefile import load_or_create
@@ -452,11 +453,7 @@ def test_debian_tor_launches_our_pt(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    return procstat.alive(pid)
 
 
 async def test_a_client_only_transport_has_no_server_method(tmp_path, capsys):

@@ -13,6 +13,7 @@ import signal
 
 import pytest
 
+from netns import procstat
 from transports.snowflake import messages as m
 from transports.snowflake.proxy import SnowflakeProxy
 from transports.snowflake.proxyconfig import ProxyConfig
@@ -56,8 +57,7 @@ async def test_matches_are_served_in_workers_and_their_counts_reach_the_proxy():
     assert polls[2]["Sid"] != polls[1]["Sid"]  # a match still renews the Sid
     assert len(set(pids)) == 2 and os.getpid() not in pids
     for pid in pids:  # closed: no worker left
-        assert not os.path.exists(f"/proc/{pid}") or \
-            open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+        assert not procstat.alive(pid)
 
 
 async def test_the_least_loaded_worker_gets_the_next_match():
