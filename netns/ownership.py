@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from pathlib import Path
 from . import procstat
 
 STATE_ROOT = Path(os.environ.get("PTLAB_STATE_DIR", "/run/ptlab"))
-#: A claim being made: STATE_ROOT/.claim-<lab id>.<pid>, renamed into place whole.
+#: A claim being made: STATE_ROOT/.claim-<lab id>.<pid>.<thread id>, renamed into
+#: place whole.
 CLAIMING = ".claim-"
 
 
@@ -80,8 +82,10 @@ def claim(lab_id: str) -> bool:
     target = state_dir(lab_id)
     if target.exists():
         return False
-    tmp = STATE_ROOT / f"{CLAIMING}{lab_id}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)  # one left by a dead process of this pid
+    # Named by process and thread: two threads of one process (labs run side by
+    # side in one program) may claim the same id at once, and each needs its own.
+    tmp = STATE_ROOT / f"{CLAIMING}{lab_id}.{os.getpid()}.{threading.get_native_id()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # one left by a dead thread of these ids
     tmp.mkdir()
     try:
         _write_record(tmp, _owner_record(os.getpid(), False))
@@ -100,7 +104,7 @@ def sweep_claims() -> list[str]:
     if not STATE_ROOT.is_dir():
         return removed
     for d in STATE_ROOT.glob(f"{CLAIMING}*"):
-        pid = d.name.rsplit(".", 1)[-1]
+        pid = d.name.rsplit(".", 2)[-2] if d.name.count(".") >= 2 else ""
         if pid.isdigit() and procstat.start_time(int(pid)) is not None:
             continue  # its claimant may still be renaming it
         shutil.rmtree(d, ignore_errors=True)
