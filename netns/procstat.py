@@ -28,8 +28,10 @@ def split(line: str) -> list[str]:
 def fields(pid: int) -> list[str] | None:
     """The stat fields of ``pid`` from the state on, or None if it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            line = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # The name is whatever bytes the process gave itself, not always UTF-8;
+            # the fields after it are ASCII.
+            line = f.read().decode("utf-8", "replace")
     except OSError:
         return None
     try:

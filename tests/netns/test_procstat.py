@@ -26,6 +26,23 @@ def test_a_misleading_name_still_gives_the_right_fields():
     assert f[procstat.PGRP] == "4242"
 
 
+def test_a_name_that_is_not_utf8_is_read_all_the_same():
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                              "open('/proc/self/comm', 'wb').write(b'\\xff\\xfe) x')\n"
+                              "print('ready', flush=True)\ntime.sleep(60)\n"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        with open(f"/proc/{child.pid}/comm", "rb") as comm:
+            assert comm.read().startswith(b"\xff\xfe) x")
+        fields = procstat.fields(child.pid)
+        assert fields is not None and fields[procstat.PPID] == str(os.getpid())
+        assert procstat.alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_live_process_then_a_zombie_then_none():
     child = subprocess.Popen([sys.executable, "-c", SPIN_THEN_SLEEP], stdout=subprocess.PIPE,
                              text=True)
