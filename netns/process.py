@@ -151,8 +151,7 @@ def _group_stats(pgid: int) -> dict[int, list[str]]:
         if not entry.name.isdigit():
             continue
         fields = procstat.fields(int(entry.name))
-        if (fields is not None and int(fields[procstat.PGRP]) == pgid
-                and fields[procstat.STATE] not in ("Z", "X")):
+        if fields is not None and int(fields[procstat.PGRP]) == pgid and procstat.running(fields):
             members[int(entry.name)] = fields
     return members
 
@@ -190,7 +189,6 @@ def group_cpu_seconds(pgid: int) -> float:
     total = 0.0
     for pid, f in _group_stats(pgid).items():
         own = _threads_runtime(pid)
-        own_ticks = int(f[procstat.UTIME]) + int(f[procstat.STIME])
-        total += own if own is not None else own_ticks / procstat.TICK
-        total += (int(f[procstat.CUTIME]) + int(f[procstat.CSTIME])) / procstat.TICK
+        total += own if own is not None else procstat.own_ticks(f) / procstat.TICK
+        total += procstat.reaped_ticks(f) / procstat.TICK
     return total

@@ -47,11 +47,26 @@ def start_time(pid: int) -> int | None:
     return int(f[STARTTIME]) if f is not None else None
 
 
+def running(f: list[str]) -> bool:
+    """Whether the process these fields describe is neither a zombie nor dead (a
+    reaper may be slow to collect an exited child, or absent in a container)."""
+    return f[STATE] not in ("Z", "X")
+
+
 def alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is neither a zombie nor dead (a reaper may be
-    slow to collect an exited child, or absent in a container)."""
+    """Whether ``pid`` exists and is :func:`running`."""
     f = fields(pid)
-    return f is not None and f[STATE] not in ("Z", "X")
+    return f is not None and running(f)
+
+
+def own_ticks(f: list[str]) -> int:
+    """User plus system clock ticks of the process itself."""
+    return int(f[UTIME]) + int(f[STIME])
+
+
+def reaped_ticks(f: list[str]) -> int:
+    """User plus system clock ticks of the children it has reaped."""
+    return int(f[CUTIME]) + int(f[CSTIME])
 
 
 def cpu_seconds(pid: int, reaped: bool = False) -> float | None:
@@ -60,7 +75,4 @@ def cpu_seconds(pid: int, reaped: bool = False) -> float | None:
     f = fields(pid)
     if f is None:
         return None
-    ticks = int(f[UTIME]) + int(f[STIME])
-    if reaped:
-        ticks += int(f[CUTIME]) + int(f[CSTIME])
-    return ticks / TICK
+    return (own_ticks(f) + (reaped_ticks(f) if reaped else 0)) / TICK

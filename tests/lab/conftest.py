@@ -18,10 +18,9 @@ def ptlab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=REPO, timeout=timeout)
 
 
-def spawn_ptlab(*args: str) -> subprocess.Popen[str]:
+def spawn_ptlab(*args: str, stderr: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "ptlab", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, cwd=REPO,
-                            text=True)
+                            stderr=stderr, stdin=subprocess.DEVNULL, cwd=REPO, text=True)
 
 
 def lab_traces(lab_id: str) -> list[str]:

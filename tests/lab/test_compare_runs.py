@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ptlab.common.results import SCHEMA_VERSION
 
-from .conftest import REPO, ptlab
+from .conftest import REPO, ptlab, spawn_ptlab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -26,10 +25,8 @@ def quick_runs_side_by_side(runs: dict[Path, Path]) -> None:
     """Quick runs of several specs at once, each in a lab of its own (results dir ->
     spec). A quick run spends most of its minute waiting on its clients' timers (about
     a fifth of a CPU), so three side by side take about as long as one."""
-    procs = {out: subprocess.Popen([sys.executable, "-m", "ptlab", "run", str(spec), "--quick",
-                                    "--results", str(out)], cwd=REPO, text=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL)
+    procs = {out: spawn_ptlab("run", str(spec), "--quick", "--results", str(out),
+                              stderr=subprocess.PIPE)
              for out, spec in runs.items()}
     try:
         errors = {out: proc.communicate(timeout=400)[1] for out, proc in procs.items()}
