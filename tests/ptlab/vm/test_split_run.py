@@ -29,7 +29,7 @@ from netns.sh import which
 from ptcommon.events import count_events
 from ptlab.experiment.runner import LabRunner
 from ptlab.services.sshd import SSHD, prepare_sshd
-from ptlab.vm.hosts import SshHost, control_dir
+from ptlab.vm.hosts import SshHost, close_masters, control_dir
 from ptlab.vm.layout import SERVER_ROLE_ADDRESSES, VmLab
 from ptlab.vm.runner import VmRunner
 from ptlab.vm.split import SplitMachines
@@ -82,9 +82,7 @@ class SshSplit(SplitMachines):
         return self
 
     def down(self) -> None:
-        for h in getattr(self, "ssh", {}).values():
-            subprocess.run([*h.ssh_argv("true")[:-2], "-O", "exit", h.name],
-                           capture_output=True, timeout=10)
+        close_masters(getattr(self, "ssh", {}))
         super().down()
 
 
